@@ -1,0 +1,104 @@
+package agentkit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Each is returned wrapped with context; match with errors.Is.
+var (
+	// ErrInvalidEnvelope: an envelope failed to decode or validate.
+	ErrInvalidEnvelope = errors.New("agentkit: invalid envelope")
+	// ErrInvalidOption: an option or argument was out of range.
+	ErrInvalidOption = errors.New("agentkit: invalid option")
+	// ErrInvalidID: an agent id or topic is not a valid subject token.
+	ErrInvalidID = errors.New("agentkit: invalid id")
+	// ErrNotStarted: the call needs a started agent (Request, SendAndWait, Subscribe).
+	ErrNotStarted = errors.New("agentkit: agent not started")
+	// ErrAlreadyStarted: Start was called twice, or Handle after Start.
+	ErrAlreadyStarted = errors.New("agentkit: agent already started")
+	// ErrClosed: the agent has been stopped.
+	ErrClosed = errors.New("agentkit: agent stopped")
+	// ErrPublish: the stream did not store a message after every retry.
+	ErrPublish = errors.New("agentkit: publish failed")
+	// ErrTimeout: no response or ack arrived before the context's deadline.
+	ErrTimeout = errors.New("agentkit: timed out waiting for reply")
+	// ErrPayloadTooLarge: the encoded envelope exceeds the connection's max payload.
+	ErrPayloadTooLarge = errors.New("agentkit: envelope too large")
+)
+
+// ValidationError names the envelope field that failed validation.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("agentkit: invalid envelope: %s: %s", e.Field, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidEnvelope].
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEnvelope }
+
+func invalid(field, reason string) error { return &ValidationError{Field: field, Reason: reason} }
+
+// Error is the error object of the ACL envelope and the Go error returned by
+// [Agent.Request] and [Agent.SendAndWait] when the receiver answered with an
+// error or a NACK. Use errors.As to read the code.
+type Error struct {
+	Code         ErrorCode      `json:"code"`
+	Message      string         `json:"message,omitempty"`
+	Retryable    bool           `json:"retryable"`
+	RetryAfterMS int64          `json:"retry_after_ms,omitempty"`
+	Details      map[string]any `json:"details,omitempty"`
+	remote       bool           // set when the error came back from another agent
+}
+
+// NewError returns an error with code, a message, and the code's retryability.
+func NewError(code ErrorCode, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Retryable: code.Retryable()}
+}
+
+func (e *Error) Error() string {
+	origin := "agentkit"
+	if e.remote {
+		origin = "agentkit: remote"
+	}
+	if e.Message == "" {
+		return fmt.Sprintf("%s: %s", origin, e.Code)
+	}
+	return fmt.Sprintf("%s: %s: %s", origin, e.Code, e.Message)
+}
+
+// RetryAfter returns the receiver's hint of when to retry, or 0.
+func (e *Error) RetryAfter() time.Duration { return time.Duration(e.RetryAfterMS) * time.Millisecond }
+
+// IsRemote reports whether err carries an [*Error] sent back by another agent.
+func IsRemote(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.remote
+}
+
+// CodeOf returns the [ErrorCode] carried by err, [CodeTimeout] for
+// [ErrTimeout], or "" when err carries none.
+func CodeOf(err error) ErrorCode {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	if errors.Is(err, ErrTimeout) {
+		return CodeTimeout
+	}
+	return ""
+}
+
+// IsRetryable reports whether trying again may succeed: a timeout, a
+// publish failure, or an [*Error] marked retryable.
+func IsRetryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Retryable
+	}
+	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrPublish)
+}

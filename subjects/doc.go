@@ -1,0 +1,34 @@
+// Package subjects is the only place in agentmesh that knows how subjects,
+// stream names, consumer names and bucket names are spelled.
+//
+// Every other package builds and parses names through a [Scheme], so the
+// scheme can change in one place and NATS permissions can be derived from it.
+//
+// # Subjects
+//
+// With the default prefix "mesh":
+//
+//	mesh.agent.<receiver>.<priority>.<sender>   direct message
+//	mesh.topic.<topic>.<priority>.<sender>      publish/subscribe
+//	mesh.broadcast.<priority>.<sender>          to every agent
+//	mesh.hb.<agent>                             heartbeat (core NATS)
+//	mesh.alert.<severity>.<agent>               alert raised by the monitor
+//	mesh.dlq.<receiver>.<priority>.<sender>     dead letter
+//
+// The sender is always the last token, so NATS permissions can bind an
+// agent's credentials to "mesh.*.*.*.<self>" and the server, not the payload,
+// vouches for who sent a message.
+//
+// # Tokens
+//
+// Agent ids, topics and the prefix are tokens: 1 to 64 characters from
+// [A-Za-z0-9_-]. Anything else is rejected with an [*InvalidTokenError]
+// (errors.Is(err, [ErrInvalidToken])) before it can reach NATS.
+//
+// # Advisories
+//
+// The JetStream advisory and metric subjects the ack monitor consumes are
+// restated here ([AckMetricPrefix], [MaxDeliveriesPrefix], [NakPrefix],
+// [TerminatedPrefix]) instead of importing the server; a test asserts they
+// equal the server's constants.
+package subjects

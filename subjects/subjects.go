@@ -1,0 +1,327 @@
+package subjects
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix used when none is configured.
+const DefaultPrefix = "mesh"
+
+// MaxTokenLen is the longest agent id, topic or prefix a subject may carry.
+const MaxTokenLen = 64
+
+// Priorities lists the priority tokens, highest first. agentkit's Priority
+// values spell the same strings.
+var Priorities = []string{"critical", "high", "normal", "low", "batch"}
+
+// Severities lists the alert severity tokens.
+var Severities = []string{"info", "warning", "critical"}
+
+// Kind says which family a parsed subject belongs to.
+type Kind string
+
+// The subject kinds.
+const (
+	KindDirect    Kind = "agent"
+	KindTopic     Kind = "topic"
+	KindBroadcast Kind = "broadcast"
+	KindHeartbeat Kind = "hb"
+	KindAlert     Kind = "alert"
+	KindDLQ       Kind = "dlq"
+)
+
+// ErrInvalidToken is matched (errors.Is) by every [*InvalidTokenError].
+var ErrInvalidToken = errors.New("subjects: invalid token")
+
+// ErrInvalidSubject is returned by [Scheme.Parse] for subjects outside the scheme.
+var ErrInvalidSubject = errors.New("subjects: invalid subject")
+
+// InvalidTokenError says which token was rejected and why.
+type InvalidTokenError struct {
+	Field  string // what the token is: "agent id", "topic", "priority", ...
+	Value  string // the rejected value
+	Reason string // why it was rejected
+}
+
+func (e *InvalidTokenError) Error() string {
+	return fmt.Sprintf("subjects: invalid %s %q: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidToken].
+func (e *InvalidTokenError) Is(target error) bool { return target == ErrInvalidToken }
+
+// ValidateToken checks that v is a usable subject token ([A-Za-z0-9_-]{1,64});
+// field names what v is in the error.
+func ValidateToken(field, v string) error {
+	if v == "" {
+		return &InvalidTokenError{Field: field, Value: v, Reason: "empty"}
+	}
+	if len(v) > MaxTokenLen {
+		return &InvalidTokenError{Field: field, Value: v, Reason: fmt.Sprintf("longer than %d characters", MaxTokenLen)}
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return &InvalidTokenError{Field: field, Value: v, Reason: fmt.Sprintf("character %q at %d is not in [A-Za-z0-9_-]", c, i)}
+		}
+	}
+	return nil
+}
+
+// ValidatePriority checks that p is one of [Priorities].
+func ValidatePriority(p string) error { return oneOf("priority", p, Priorities) }
+
+// ValidateSeverity checks that s is one of [Severities].
+func ValidateSeverity(s string) error { return oneOf("severity", s, Severities) }
+
+func oneOf(field, v string, allowed []string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return &InvalidTokenError{Field: field, Value: v, Reason: "must be one of " + strings.Join(allowed, ", ")}
+}
+
+// Scheme builds and parses the names of one mesh. The zero value is not
+// usable; call [New] or use [Default].
+type Scheme struct {
+	prefix string
+	stream string
+}
+
+// Default is the scheme with [DefaultPrefix].
+var Default = mustNew(DefaultPrefix)
+
+func mustNew(prefix string) Scheme {
+	s, err := New(prefix)
+	if err != nil {
+		panic(err) // only reached with the constant DefaultPrefix
+	}
+	return s
+}
+
+// New returns the scheme for prefix, which must be a token. Several meshes
+// can share one NATS account by using different prefixes: the stream, bucket
+// and subject names all derive from it.
+func New(prefix string) (Scheme, error) {
+	if err := ValidateToken("prefix", prefix); err != nil {
+		return Scheme{}, err
+	}
+	return Scheme{prefix: prefix, stream: strings.ToUpper(strings.ReplaceAll(prefix, "-", "_"))}, nil
+}
+
+// Prefix returns the subject prefix.
+func (s Scheme) Prefix() string { return s.prefix }
+
+// Direct returns the subject of a direct message from sender to receiver.
+func (s Scheme) Direct(receiver, priority, sender string) (string, error) {
+	if err := firstErr(ValidateToken("receiver id", receiver), ValidatePriority(priority), ValidateToken("sender id", sender)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".agent." + receiver + "." + priority + "." + sender, nil
+}
+
+// Topic returns the subject of a message published by sender on topic.
+func (s Scheme) Topic(topic, priority, sender string) (string, error) {
+	if err := firstErr(ValidateToken("topic", topic), ValidatePriority(priority), ValidateToken("sender id", sender)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".topic." + topic + "." + priority + "." + sender, nil
+}
+
+// Broadcast returns the subject of a broadcast from sender.
+func (s Scheme) Broadcast(priority, sender string) (string, error) {
+	if err := firstErr(ValidatePriority(priority), ValidateToken("sender id", sender)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".broadcast." + priority + "." + sender, nil
+}
+
+// Heartbeat returns the subject agent publishes its heartbeats on.
+func (s Scheme) Heartbeat(agent string) (string, error) {
+	if err := ValidateToken("agent id", agent); err != nil {
+		return "", err
+	}
+	return s.prefix + ".hb." + agent, nil
+}
+
+// Alert returns the subject of an alert of severity about agent.
+func (s Scheme) Alert(severity, agent string) (string, error) {
+	if err := firstErr(ValidateSeverity(severity), ValidateToken("agent id", agent)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".alert." + severity + "." + agent, nil
+}
+
+// DLQ returns the dead-letter subject of a message from sender to receiver.
+func (s Scheme) DLQ(receiver, priority, sender string) (string, error) {
+	if err := firstErr(ValidateToken("receiver id", receiver), ValidatePriority(priority), ValidateToken("sender id", sender)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".dlq." + receiver + "." + priority + "." + sender, nil
+}
+
+// DirectFilter returns the filter matching every direct message to receiver at priority.
+func (s Scheme) DirectFilter(receiver, priority string) (string, error) {
+	if err := firstErr(ValidateToken("receiver id", receiver), ValidatePriority(priority)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".agent." + receiver + "." + priority + ".*", nil
+}
+
+// TopicFilter returns the filter matching every message on topic at priority.
+func (s Scheme) TopicFilter(topic, priority string) (string, error) {
+	if err := firstErr(ValidateToken("topic", topic), ValidatePriority(priority)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".topic." + topic + "." + priority + ".*", nil
+}
+
+// BroadcastFilter returns the filter matching every broadcast at priority.
+func (s Scheme) BroadcastFilter(priority string) (string, error) {
+	if err := ValidatePriority(priority); err != nil {
+		return "", err
+	}
+	return s.prefix + ".broadcast." + priority + ".*", nil
+}
+
+// HeartbeatFilter matches every agent's heartbeats.
+func (s Scheme) HeartbeatFilter() string { return s.prefix + ".hb.*" }
+
+// AlertFilter matches every alert.
+func (s Scheme) AlertFilter() string { return s.prefix + ".alert.>" }
+
+// StreamSubjects returns the subjects of the message stream ([Scheme.Stream]).
+func (s Scheme) StreamSubjects() []string {
+	return []string{s.prefix + ".agent.>", s.prefix + ".topic.>", s.prefix + ".broadcast.>"}
+}
+
+// DLQSubjects returns the subjects of the dead-letter stream ([Scheme.DLQStream]).
+func (s Scheme) DLQSubjects() []string { return []string{s.prefix + ".dlq.>"} }
+
+// Stream returns the name of the message stream: "MESH" for the default prefix.
+func (s Scheme) Stream() string { return s.stream }
+
+// EventsStream returns the name of the stream capturing the message
+// stream's consumer advisories: "MESH_EVENTS" for the default prefix.
+func (s Scheme) EventsStream() string { return s.stream + "_EVENTS" }
+
+// DLQStream returns the name of the dead-letter stream: "MESH_DLQ" for the default prefix.
+func (s Scheme) DLQStream() string { return s.stream + "_DLQ" }
+
+// EventsSubjects returns the advisory and metric subjects the events stream
+// captures: those of the message stream's consumers only, so the monitor's
+// own consumers on the events stream do not feed back into it.
+func (s Scheme) EventsSubjects() []string {
+	return []string{
+		AdvisoryConsumerPrefix + ".*." + s.stream + ".*",
+		AckMetricPrefix + "." + s.stream + ".*",
+	}
+}
+
+// Consumer returns the durable consumer name of agent at priority:
+// "<agent>_<priority>".
+func (s Scheme) Consumer(agent, priority string) (string, error) {
+	if err := firstErr(ValidateToken("agent id", agent), ValidatePriority(priority)); err != nil {
+		return "", err
+	}
+	return agent + "_" + priority, nil
+}
+
+// ParseConsumer splits a consumer name built by [Scheme.Consumer].
+func (s Scheme) ParseConsumer(name string) (agent, priority string, err error) {
+	i := strings.LastIndexByte(name, '_')
+	if i <= 0 {
+		return "", "", fmt.Errorf("%w: consumer %q has no <agent>_<priority> form", ErrInvalidSubject, name)
+	}
+	agent, priority = name[:i], name[i+1:]
+	if err := firstErr(ValidateToken("agent id", agent), ValidatePriority(priority)); err != nil {
+		return "", "", fmt.Errorf("%w: consumer %q: %w", ErrInvalidSubject, name, err)
+	}
+	return agent, priority, nil
+}
+
+// RegistryBucket is the KV bucket of the agent registry: "mesh_registry".
+func (s Scheme) RegistryBucket() string { return s.prefix + "_registry" }
+
+// StateBucket is the KV bucket of shared state: "mesh_state".
+func (s Scheme) StateBucket() string { return s.prefix + "_state" }
+
+// SessionsBucket is the KV bucket of sessions: "mesh_sessions".
+func (s Scheme) SessionsBucket() string { return s.prefix + "_sessions" }
+
+// PayloadsBucket is the object store of large payloads: "mesh_payloads".
+func (s Scheme) PayloadsBucket() string { return s.prefix + "_payloads" }
+
+// Subject is a parsed mesh subject. Fields that the kind does not carry are empty.
+type Subject struct {
+	Kind     Kind
+	Receiver string // direct and DLQ
+	Topic    string // topic
+	Priority string // direct, topic, broadcast, DLQ
+	Sender   string // direct, topic, broadcast, DLQ
+	Agent    string // heartbeat and alert
+	Severity string // alert
+}
+
+// Parse splits a subject of this scheme into its parts, validating every token.
+func (s Scheme) Parse(subject string) (Subject, error) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".")
+	if !ok {
+		return Subject{}, fmt.Errorf("%w: %q does not start with %q", ErrInvalidSubject, subject, s.prefix+".")
+	}
+	t := strings.Split(rest, ".")
+	var out Subject
+	var err error
+	switch Kind(t[0]) {
+	case KindDirect, KindDLQ:
+		if len(t) != 4 {
+			break
+		}
+		out = Subject{Kind: Kind(t[0]), Receiver: t[1], Priority: t[2], Sender: t[3]}
+		err = firstErr(ValidateToken("receiver id", t[1]), ValidatePriority(t[2]), ValidateToken("sender id", t[3]))
+	case KindTopic:
+		if len(t) != 4 {
+			break
+		}
+		out = Subject{Kind: KindTopic, Topic: t[1], Priority: t[2], Sender: t[3]}
+		err = firstErr(ValidateToken("topic", t[1]), ValidatePriority(t[2]), ValidateToken("sender id", t[3]))
+	case KindBroadcast:
+		if len(t) != 3 {
+			break
+		}
+		out = Subject{Kind: KindBroadcast, Priority: t[1], Sender: t[2]}
+		err = firstErr(ValidatePriority(t[1]), ValidateToken("sender id", t[2]))
+	case KindHeartbeat:
+		if len(t) != 2 {
+			break
+		}
+		out = Subject{Kind: KindHeartbeat, Agent: t[1]}
+		err = ValidateToken("agent id", t[1])
+	case KindAlert:
+		if len(t) != 3 {
+			break
+		}
+		out = Subject{Kind: KindAlert, Severity: t[1], Agent: t[2]}
+		err = firstErr(ValidateSeverity(t[1]), ValidateToken("agent id", t[2]))
+	}
+	if out.Kind == "" {
+		return Subject{}, fmt.Errorf("%w: %q is not a mesh subject", ErrInvalidSubject, subject)
+	}
+	if err != nil {
+		return Subject{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
+	}
+	return out, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
