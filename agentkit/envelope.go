@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -26,7 +27,10 @@ const maxIDLen = 256
 
 // Envelope is one ACL v1 message: the JSON object every agent sends and
 // receives. Field names are snake_case on the wire; see schema/acl.schema.json
-// for the same definition as JSON Schema.
+// for the same definition as JSON Schema. The envelope itself is encoded with
+// JSON v2 (github.com/go-json-experiment/json, the upstream of Go's
+// encoding/json/v2), which decodes in one pass; payloads are user data and
+// keep encoding/json semantics ([Envelope.DecodePayload]).
 type Envelope struct {
 	ACL          string            `json:"acl"`                     // envelope version, "1"
 	MessageID    string            `json:"message_id"`              // unique id; also the Nats-Msg-Id header
@@ -34,7 +38,7 @@ type Envelope struct {
 	Action       string            `json:"action,omitempty"`        // the verb; required on requests and notifications
 	Priority     Priority          `json:"priority"`                // critical, high, normal, low, batch
 	Timestamp    time.Time         `json:"timestamp"`               // creation time, RFC 3339, UTC
-	TTLMillis    int64             `json:"ttl_ms,omitempty"`        // after timestamp+ttl the message is expired, never handled
+	TTLMillis    int64             `json:"ttl_ms,omitzero"`         // after timestamp+ttl the message is expired, never handled
 	SenderID     string            `json:"sender_id"`               // must equal the subject's sender token
 	SenderType   string            `json:"sender_type,omitempty"`   // planner, executor, ...
 	ReceiverID   string            `json:"receiver_id,omitempty"`   // direct target; empty for topic and broadcast
@@ -44,12 +48,12 @@ type Envelope struct {
 	WorkflowID   string            `json:"workflow_id,omitempty"`
 	TaskID       string            `json:"task_id,omitempty"`
 	SessionID    string            `json:"session_id,omitempty"`
-	InReplyTo    string            `json:"in_reply_to,omitempty"`  // message_id this answers
-	RequiresAck  bool              `json:"requires_ack,omitempty"` // the sender wants an ack envelope back
-	Status       string            `json:"status,omitempty"`       // success, failed, ACK, NACK, ...
-	Error        *Error            `json:"error,omitempty"`        // set on error envelopes and NACKs
-	Payload      json.RawMessage   `json:"payload,omitempty"`      // the action's data
-	Context      json.RawMessage   `json:"context,omitempty"`      // propagated session context
+	InReplyTo    string            `json:"in_reply_to,omitempty"` // message_id this answers
+	RequiresAck  bool              `json:"requires_ack,omitzero"` // the sender wants an ack envelope back
+	Status       string            `json:"status,omitempty"`      // success, failed, ACK, NACK, ...
+	Error        *Error            `json:"error,omitempty"`       // set on error envelopes and NACKs
+	Payload      json.RawMessage   `json:"payload,omitempty"`     // the action's data
+	Context      json.RawMessage   `json:"context,omitempty"`     // propagated session context
 	Metadata     map[string]string `json:"metadata,omitempty"`
 	Trace        *Trace            `json:"trace,omitempty"` // mirrors the W3C traceparent header
 }
@@ -142,32 +146,34 @@ func (e *Envelope) Validate() error {
 	if e.Error != nil && !e.Error.Code.Valid() {
 		return invalid("error.code", fmt.Sprintf("unknown code %q", e.Error.Code))
 	}
-	for name, v := range map[string]string{"correlation_id": e.Correlation, "workflow_id": e.WorkflowID,
-		"task_id": e.TaskID, "session_id": e.SessionID, "in_reply_to": e.InReplyTo} {
-		if len(v) > maxIDLen {
-			return invalid(name, "longer than 256 characters")
+	for _, f := range [...]struct{ name, v string }{{"correlation_id", e.Correlation}, {"workflow_id", e.WorkflowID},
+		{"task_id", e.TaskID}, {"session_id", e.SessionID}, {"in_reply_to", e.InReplyTo}} {
+		if len(f.v) > maxIDLen {
+			return invalid(f.name, "longer than 256 characters")
 		}
 	}
 	return nil
 }
 
-// Encode validates e and returns its JSON encoding.
+// Encode validates e and returns its JSON encoding, with map keys sorted so
+// the same envelope always encodes to the same bytes.
 func (e *Envelope) Encode() ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(e)
+	b, err := jsonv2.Marshal(e, jsonv2.Deterministic(true))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
 	}
 	return b, nil
 }
 
-// Decode parses and validates one JSON envelope. Errors match
-// errors.Is(err, [ErrInvalidEnvelope]).
+// Decode parses and validates one JSON envelope. Unknown fields, duplicate
+// fields and invalid UTF-8 are rejected, as the JSON Schema does. Errors
+// match errors.Is(err, [ErrInvalidEnvelope]).
 func Decode(data []byte) (*Envelope, error) {
 	var e Envelope
-	if err := json.Unmarshal(data, &e); err != nil {
+	if err := jsonv2.Unmarshal(data, &e, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return nil, fmt.Errorf("%w: not a JSON envelope: %w", ErrInvalidEnvelope, err)
 	}
 	if err := e.Validate(); err != nil {
@@ -215,11 +221,12 @@ func (e *Envelope) NewResponse(self, action string, payload json.RawMessage) *En
 	return r
 }
 
-// NewErrorReply returns an error envelope answering e from self.
+// NewErrorReply returns an error envelope answering e from self, with
+// status rejected when err is not retryable, else failed.
 func (e *Envelope) NewErrorReply(self string, err *Error) *Envelope {
 	r := e.reply(self, TypeError, e.Action)
 	r.Status = StatusFailed
-	if err.Code == CodeRejected || err.Code == CodeInvalid || err.Code == CodeCapabilityMissing {
+	if !err.Retryable {
 		r.Status = StatusRejected
 	}
 	r.Error = err

@@ -50,7 +50,7 @@ type Error struct {
 	Code         ErrorCode      `json:"code"`
 	Message      string         `json:"message,omitempty"`
 	Retryable    bool           `json:"retryable"`
-	RetryAfterMS int64          `json:"retry_after_ms,omitempty"`
+	RetryAfterMS int64          `json:"retry_after_ms,omitzero"`
 	Details      map[string]any `json:"details,omitempty"`
 	remote       bool           // set when the error came back from another agent
 }

@@ -1,0 +1,382 @@
+package agentkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// Agent is one agent's connection to the mesh: it sends envelopes, and once
+// started it consumes its own durable consumers and runs the registered
+// handlers. Create it with [New], register handlers with [Agent.Handle],
+// then call [Agent.Start]; end with [Agent.Drain] or [Agent.Stop].
+//
+// All methods are safe for concurrent use. Several Agent values (in one
+// process or many) may share one id: they are instances of the same agent,
+// share its consumers and split its messages between them.
+type Agent struct {
+	id   string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	opts options
+
+	mu       sync.Mutex
+	state    lifecycle
+	handlers map[string]Handler
+	topics   []string
+	iters    []jetstream.MessagesContext
+	queues   [5]chan *delivery // one per priority, in queueOrder
+	quit     chan struct{}     // closed when readers must give up their message
+	stopping atomic.Bool       // set by Stop: cancelled handlers are NAKed for immediate redelivery
+	runCtx   context.Context
+	cancel   context.CancelFunc
+	readers  sync.WaitGroup
+	workers  sync.WaitGroup
+	closed   chan struct{}
+
+	waitMu  sync.Mutex
+	waiters map[string]*waiter
+
+	stats counters
+}
+
+type lifecycle int
+
+const (
+	stateNew lifecycle = iota
+	stateStarted
+	stateStopped
+)
+
+// queueOrder is the order workers look at the queues in: critical first.
+var queueOrder = Priorities
+
+// New returns an agent with id (a subject token: [A-Za-z0-9_-]{1,64}) that
+// sends and receives over nc. It never dials and starts no goroutine; the
+// caller keeps ownership of nc and closes it after the agent has stopped.
+func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil *nats.Conn", ErrInvalidOption)
+	}
+	if err := subjects.ValidateToken("agent id", id); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt.apply(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.errorHandler == nil {
+		o.errorHandler = func(err error) { o.logger.Warn("agentkit background error", "agent", id, "err", err) }
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(o.attemptTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: jetstream: %w", err)
+	}
+	return &Agent{
+		id:       id,
+		nc:       nc,
+		js:       js,
+		opts:     o,
+		handlers: map[string]Handler{},
+		topics:   slices.Clone(o.topics),
+		closed:   make(chan struct{}),
+		waiters:  map[string]*waiter{},
+	}, nil
+}
+
+// ID returns the agent's id.
+func (a *Agent) ID() string { return a.id }
+
+// Handle registers h for messages whose action is action. It must be called
+// before Start; registering an action twice replaces the handler.
+func (a *Agent) Handle(action string, h Handler) error {
+	if action == "" || h == nil {
+		return fmt.Errorf("%w: Handle needs an action and a handler", ErrInvalidOption)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != stateNew {
+		return fmt.Errorf("%w: Handle(%q) after Start", ErrAlreadyStarted, action)
+	}
+	a.handlers[action] = h
+	return nil
+}
+
+// HandleFunc registers f for action; see [Agent.Handle].
+func (a *Agent) HandleFunc(action string, f func(ctx context.Context, m *Message) error) error {
+	return a.Handle(action, HandlerFunc(f))
+}
+
+// Start provisions the message stream (unless it exists) and the agent's
+// per-priority durable consumers, then starts consuming: one reader
+// goroutine per priority and the handler workers. It is idempotent on the
+// server: instances starting concurrently converge on the same consumers.
+// Start returns once consuming has begun; ctx bounds only the provisioning.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != stateNew {
+		return fmt.Errorf("%w: Start called twice", ErrAlreadyStarted)
+	}
+	if a.opts.provision {
+		if err := EnsureStream(ctx, a.js, StreamConfig(a.opts.scheme, a.opts.replicas)); err != nil {
+			return err
+		}
+	}
+	iters := make([]jetstream.MessagesContext, 0, len(queueOrder))
+	stopAll := func() {
+		for _, it := range iters {
+			it.Stop()
+		}
+	}
+	for _, p := range queueOrder {
+		cons, err := a.bindConsumer(ctx, p, a.topics)
+		if err != nil {
+			stopAll()
+			return err
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(a.opts.policies[p].Prefetch))
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("agentkit: consume %s: %w", p, err)
+		}
+		iters = append(iters, it)
+	}
+	a.iters = iters
+	a.quit = make(chan struct{})
+	a.runCtx, a.cancel = context.WithCancel(context.Background())
+	for i, p := range queueOrder {
+		a.queues[i] = make(chan *delivery)
+		a.readers.Go(func() { a.read(p, iters[i], a.queues[i]) })
+	}
+	a.workers.Go(func() { a.work(a.queues[:1]) }) // critical's own worker
+	for range a.opts.concurrency {
+		a.workers.Go(func() { a.work(a.queues[:]) })
+	}
+	a.state = stateStarted
+	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics)
+	return nil
+}
+
+// consumerConfig returns the durable consumer of priority p: the agent's
+// direct subject, broadcasts and subscribed topics at p, with p's policy.
+func (a *Agent) consumerConfig(p Priority, topics []string) (jetstream.ConsumerConfig, error) {
+	s := a.opts.scheme
+	pol := a.opts.policies[p]
+	name, err := s.Consumer(a.id, string(p))
+	if err != nil {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	direct, _ := s.DirectFilter(a.id, string(p)) // tokens validated above
+	broadcast, _ := s.BroadcastFilter(string(p))
+	filters := []string{direct, broadcast}
+	for _, t := range topics {
+		f, err := s.TopicFilter(t, string(p))
+		if err != nil {
+			return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
+		}
+		filters = append(filters, f)
+	}
+	return jetstream.ConsumerConfig{
+		Durable:         name,
+		Description:     fmt.Sprintf("agentmesh agent %s, %s priority", a.id, p),
+		FilterSubjects:  filters,
+		DeliverPolicy:   jetstream.DeliverAllPolicy,
+		AckPolicy:       jetstream.AckExplicitPolicy,
+		AckWait:         pol.BackOff[0],
+		BackOff:         slices.Clone(pol.BackOff),
+		MaxDeliver:      pol.MaxDeliver,
+		MaxAckPending:   pol.MaxAckPending,
+		SampleFrequency: "100",
+	}, nil
+}
+
+// bindConsumer creates or updates (when provisioning) or looks up the
+// consumer of priority p.
+func (a *Agent) bindConsumer(ctx context.Context, p Priority, topics []string) (jetstream.Consumer, error) {
+	cfg, err := a.consumerConfig(p, topics)
+	if err != nil {
+		return nil, err
+	}
+	stream := a.opts.scheme.Stream()
+	var cons jetstream.Consumer
+	if a.opts.provision {
+		cons, err = a.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	} else {
+		cons, err = a.js.Consumer(ctx, stream, cfg.Durable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: consumer %s on %s: %w", cfg.Durable, stream, err)
+	}
+	return cons, nil
+}
+
+// EnsureStream creates the stream described by cfg unless a stream of that
+// name exists; an existing stream is left as its administrator configured it.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.Stream(ctx, cfg.Name)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("agentkit: stream %s: %w", cfg.Name, err)
+	}
+	_, err = js.CreateStream(ctx, cfg)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("agentkit: create stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// Subscribe adds topic to the agent's subscriptions. On a started agent it
+// updates the consumers at once; messages published on the topic from then
+// on are delivered to the agent's handlers by action. All instances of an
+// agent share its subscriptions.
+func (a *Agent) Subscribe(ctx context.Context, topic string) error {
+	return a.changeTopics(ctx, topic, true)
+}
+
+// Unsubscribe removes topic from the agent's subscriptions.
+func (a *Agent) Unsubscribe(ctx context.Context, topic string) error {
+	return a.changeTopics(ctx, topic, false)
+}
+
+func (a *Agent) changeTopics(ctx context.Context, topic string, add bool) error {
+	if err := subjects.ValidateToken("topic", topic); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state == stateStopped {
+		return ErrClosed
+	}
+	topics := slices.DeleteFunc(slices.Clone(a.topics), func(t string) bool { return t == topic })
+	if add {
+		topics = append(topics, topic)
+	}
+	if a.state == stateStarted {
+		if !a.opts.provision {
+			return fmt.Errorf("%w: topics cannot change without provisioning rights", ErrInvalidOption)
+		}
+		for _, p := range queueOrder {
+			if _, err := a.bindConsumer(ctx, p, topics); err != nil {
+				return err
+			}
+		}
+	}
+	a.topics = topics
+	return nil
+}
+
+// Topics returns the topics the agent is subscribed to.
+func (a *Agent) Topics() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.topics)
+}
+
+// Stop stops consuming at once: buffered messages are left to the broker's
+// redelivery, running handlers see their context cancelled and their
+// messages are NAKed for immediate redelivery to another instance. It waits
+// for every goroutine the agent started and is idempotent.
+func (a *Agent) Stop() {
+	a.shutdown(func() {
+		a.stopping.Store(true)
+		for _, it := range a.iters {
+			it.Stop()
+		}
+		close(a.quit)
+		a.cancel()
+	})
+}
+
+// Drain stops fetching, finishes the messages already received, then
+// stops. If ctx ends first, Drain falls back to [Agent.Stop] and returns
+// ctx's error.
+func (a *Agent) Drain(ctx context.Context) error {
+	var err error
+	a.shutdown(func() {
+		for _, it := range a.iters {
+			it.Drain()
+		}
+		done := make(chan struct{})
+		go func() { a.readers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("agentkit: drain %s: %w", a.id, ctx.Err())
+			a.stopping.Store(true)
+			for _, it := range a.iters {
+				it.Stop()
+			}
+			a.cancel()
+		}
+		close(a.quit)
+	})
+	return err
+}
+
+// shutdown runs begin once on a started agent, then waits for readers and
+// workers and marks the agent closed.
+func (a *Agent) shutdown(begin func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch a.state {
+	case stateStopped:
+		return
+	case stateNew:
+		a.state = stateStopped
+		close(a.closed)
+		return
+	}
+	begin()
+	a.readers.Wait()
+	a.workers.Wait()
+	a.cancel()
+	a.state = stateStopped
+	a.failWaiters()
+	close(a.closed)
+	a.opts.logger.Info("agent stopped", "agent", a.id)
+}
+
+// Closed returns a channel closed once the agent has stopped.
+func (a *Agent) Closed() <-chan struct{} { return a.closed }
+
+func (a *Agent) started() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state == stateStarted
+}
+
+func (a *Agent) handler(action string) Handler {
+	// handlers is immutable once started; reads need no lock.
+	return a.handlers[action]
+}
+
+func (a *Agent) asyncError(err error) {
+	a.opts.errorHandler(err)
+}
+
+// ConsumerInfo returns the server's view of the agent's consumer at
+// priority p (pending, ack-pending and redelivered counts).
+func (a *Agent) ConsumerInfo(ctx context.Context, p Priority) (*jetstream.ConsumerInfo, error) {
+	name, err := a.opts.scheme.Consumer(a.id, string(p))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	cons, err := a.js.Consumer(ctx, a.opts.scheme.Stream(), name)
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: consumer %s: %w", name, err)
+	}
+	return cons.Info(ctx)
+}

@@ -1,0 +1,343 @@
+package agentkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// delivery is a received, validated message waiting for a handler.
+type delivery struct {
+	msg      jetstream.Msg
+	env      *Envelope
+	subject  subjects.Subject
+	delivery uint64
+	seq      uint64
+	policy   DeliveryPolicy
+}
+
+// read pulls one priority's messages and hands them to the workers, which
+// decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
+// settled here instead, so a Request waiting in a handler never needs a free
+// worker to receive its response.
+func (a *Agent) read(p Priority, it jetstream.MessagesContext, out chan<- *delivery) {
+	pol := a.opts.policies[p]
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			a.asyncError(fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err))
+			continue
+		}
+		d := &delivery{msg: msg, policy: pol}
+		if msg.Headers().Get(HeaderInReplyTo) != "" && !a.receive(d) {
+			continue
+		}
+		select {
+		case out <- d:
+		case <-a.quit:
+			// Stopping: give the message straight back for redelivery.
+			a.brokerErr(d.msg.Nak(), d, "nak")
+			return
+		}
+	}
+}
+
+// work runs handlers for messages from queues, always preferring the
+// earliest queue with a message waiting (queues are in priority order).
+func (a *Agent) work(queues []chan *delivery) {
+	for {
+		if d, ok := a.next(queues); ok {
+			a.handle(d)
+			continue
+		}
+		return
+	}
+}
+
+// next returns the highest-priority waiting delivery, blocking until one
+// arrives; ok is false once the agent is shutting down.
+func (a *Agent) next(queues []chan *delivery) (*delivery, bool) {
+	for _, q := range queues {
+		select {
+		case d := <-q:
+			return d, true
+		default:
+		}
+	}
+	if len(queues) == 1 {
+		select {
+		case d := <-queues[0]:
+			return d, true
+		case <-a.quit:
+			return nil, false
+		}
+	}
+	select {
+	case d := <-queues[0]:
+		return d, true
+	case d := <-queues[1]:
+		return d, true
+	case d := <-queues[2]:
+		return d, true
+	case d := <-queues[3]:
+		return d, true
+	case d := <-queues[4]:
+		return d, true
+	case <-a.quit:
+		return nil, false
+	}
+}
+
+// receive decodes and checks d's message. It returns false when the
+// message has been settled without a handler: bad input, expired, our own
+// broadcast, or a reply. It is idempotent, so a reply checked by the reader
+// passes the worker's check again at no cost.
+func (a *Agent) receive(d *delivery) bool {
+	if d.env != nil {
+		return true
+	}
+	msg := d.msg
+	if md, err := msg.Metadata(); err == nil {
+		d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
+	}
+	data := msg.Data()
+	if len(data) > a.opts.maxEnvelope {
+		a.terminateInvalid(d, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", len(data), a.opts.maxEnvelope))
+		return false
+	}
+	env, err := Decode(data)
+	if err != nil {
+		a.terminateInvalid(d, err.Error())
+		return false
+	}
+	sub, err := a.opts.scheme.Parse(msg.Subject())
+	if err != nil {
+		a.terminateInvalid(d, err.Error())
+		return false
+	}
+	if reason := a.checkRouting(env, sub); reason != "" {
+		a.terminateInvalid(d, reason)
+		return false
+	}
+	d.env, d.subject = env, sub
+	if sub.Kind != subjects.KindDirect && env.SenderID == a.id {
+		// Our own broadcast or topic message: not for us to handle.
+		a.settleAck(d, OutcomeOwn)
+		return false
+	}
+	if env.Expired(time.Now()) {
+		a.settleAck(d, OutcomeExpired)
+		if env.RequiresAck {
+			a.reply(env.NewAck(a.id, NewError(CodeExpired, "ttl of %dms passed before handling", env.TTLMillis), 0))
+		}
+		return false
+	}
+	if env.InReplyTo != "" && env.MessageType != TypeRequest && env.MessageType != TypeNotification {
+		if a.deliverReply(env) {
+			a.settleAck(d, OutcomeReply)
+			return false
+		}
+		if a.handler(env.Action) == nil {
+			a.settleAck(d, OutcomeLateReply)
+			return false
+		}
+	}
+	return true
+}
+
+// checkRouting returns why env may not arrive on sub, or "".
+func (a *Agent) checkRouting(env *Envelope, sub subjects.Subject) string {
+	switch {
+	case env.SenderID != sub.Sender:
+		return fmt.Sprintf("sender_id %q does not match the subject's sender %q", env.SenderID, sub.Sender)
+	case string(env.Priority) != sub.Priority:
+		return fmt.Sprintf("priority %q does not match the subject's priority %q", env.Priority, sub.Priority)
+	}
+	switch sub.Kind {
+	case subjects.KindDirect:
+		if env.ReceiverID != a.id {
+			return fmt.Sprintf("receiver_id %q is not this agent %q", env.ReceiverID, a.id)
+		}
+	case subjects.KindTopic:
+		if env.Topic != sub.Topic {
+			return fmt.Sprintf("topic %q does not match the subject's topic %q", env.Topic, sub.Topic)
+		}
+	case subjects.KindBroadcast:
+		if env.ReceiverID != "" || env.Topic != "" {
+			return "a broadcast must name neither receiver_id nor topic"
+		}
+	default:
+		return fmt.Sprintf("subject kind %q is not deliverable to agents", sub.Kind)
+	}
+	return ""
+}
+
+// handle checks d, runs its handler and settles the message.
+func (a *Agent) handle(d *delivery) {
+	if !a.receive(d) {
+		return
+	}
+	h := a.handler(d.env.Action)
+	if h == nil {
+		a.settle(d, Reject(CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
+		return
+	}
+	ctx, cancel := context.WithCancel(a.runCtx)
+	start := time.Now()
+	progress := a.keepAlive(d, start, cancel)
+	err := a.call(ctx, h, &Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg})
+	progress.Stop()
+	cancel()
+	if err != nil && ctx.Err() != nil && a.runCtx.Err() == nil && errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.policy.ProcessingLimit)
+	}
+	a.settle(d, err, time.Since(start))
+}
+
+// keepAlive sends InProgress every progress interval while the handler
+// runs, so a slow handler is not mistaken for a dead one, and cancels the
+// handler's context at the processing limit. One timer serves both.
+func (a *Agent) keepAlive(d *delivery, start time.Time, cancel context.CancelFunc) *time.Timer {
+	every := min(d.policy.progressInterval(), d.policy.ProcessingLimit)
+	var t *time.Timer
+	// Armed only after t is assigned, so the callback always sees t.
+	t = time.AfterFunc(math.MaxInt64, func() {
+		left := d.policy.ProcessingLimit - time.Since(start)
+		if left <= 0 {
+			cancel()
+			return
+		}
+		if err := d.msg.InProgress(); err != nil {
+			a.brokerErr(err, d, "in progress")
+		}
+		t.Reset(min(every, left))
+	})
+	t.Reset(every)
+	return t
+}
+
+// call runs h, turning a panic into an error.
+func (a *Agent) call(ctx context.Context, h Handler, m *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.stats.add(OutcomePanic)
+			a.opts.logger.Error("handler panicked", "agent", a.id, "action", m.Action, "message_id", m.MessageID, "panic", r, "stack", string(debug.Stack()))
+			err = &retryError{code: CodeInternal, err: fmt.Errorf("handler panic: %v", r)}
+		}
+	}()
+	return h.Handle(ctx, m)
+}
+
+// settle turns a handler's result into the broker action and the sender's
+// reply. It is the one place implementing the outcome table:
+//
+//	nil                         Ack (DoubleAck if configured); ACK envelope if requires_ack
+//	Busy / retryable / panic    NakWithDelay on the priority's backoff; on the last
+//	                            attempt the sender also gets the error
+//	Reject / non-retryable      TermWithReason; error (or NACK) envelope to the sender
+func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
+	kind, code, delay := classify(err)
+	env := d.env
+	switch kind {
+	case outcomeAck:
+		if a.opts.doubleAck {
+			ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+			a.brokerErr(d.msg.DoubleAck(ctx), d, "double ack")
+			cancel()
+		} else {
+			a.brokerErr(d.msg.Ack(), d, "ack")
+		}
+		a.stats.add(OutcomeAck)
+		if env.RequiresAck && a.answers(d) {
+			a.reply(env.NewAck(a.id, nil, elapsed))
+		}
+	case outcomeRetry:
+		if a.stopping.Load() && errors.Is(err, context.Canceled) {
+			a.brokerErr(d.msg.Nak(), d, "nak")
+			a.stats.add(OutcomeNak)
+			return
+		}
+		if delay <= 0 {
+			delay = d.policy.retryDelay(d.delivery)
+		}
+		a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
+		a.stats.add(OutcomeNak)
+		a.opts.logger.Debug("message retried", "agent", a.id, "message_id", env.MessageID, "action", env.Action, "delivery", d.delivery, "delay", delay, "err", err)
+		if d.delivery >= uint64(d.policy.MaxDeliver) && a.answers(d) {
+			e := NewError(code, "giving up after %d attempts: %v", d.delivery, err)
+			a.reply(a.failureReply(env, e, elapsed))
+		}
+	case outcomeTerm:
+		e := &Error{Code: code, Message: err.Error(), Retryable: false}
+		var ae *Error
+		if errors.As(err, &ae) {
+			e = ae
+		}
+		if code == CodeCapabilityMissing {
+			a.stats.add(OutcomeCapabilityMissing)
+		}
+		if a.answers(d) {
+			a.reply(a.failureReply(env, e, elapsed))
+		}
+		a.brokerErr(d.msg.TermWithReason(string(e.Code)+": "+e.Message), d, "term")
+		a.stats.add(OutcomeTerm)
+	}
+}
+
+// answers reports whether the sender of d expects to hear about failures:
+// direct requests and notifications, and anything that asked for an ack.
+func (a *Agent) answers(d *delivery) bool {
+	t := d.env.MessageType
+	if t != TypeRequest && t != TypeNotification {
+		return false
+	}
+	return d.subject.Kind == subjects.KindDirect || d.env.RequiresAck
+}
+
+// failureReply is the NACK ack envelope when the sender asked for an ack,
+// else an error envelope.
+func (a *Agent) failureReply(env *Envelope, e *Error, elapsed time.Duration) *Envelope {
+	if env.RequiresAck {
+		return env.NewAck(a.id, e, elapsed)
+	}
+	return env.NewErrorReply(a.id, e)
+}
+
+// terminateInvalid terminates a message that is not a valid envelope for
+// this agent. It never reaches a handler.
+func (a *Agent) terminateInvalid(d *delivery, reason string) {
+	a.opts.logger.Warn("invalid message terminated", "agent", a.id, "subject", d.msg.Subject(), "reason", reason)
+	a.brokerErr(d.msg.TermWithReason("INVALID: "+reason), d, "term")
+	a.stats.add(OutcomeInvalid)
+}
+
+func (a *Agent) settleAck(d *delivery, o Outcome) {
+	a.brokerErr(d.msg.Ack(), d, "ack")
+	a.stats.add(o)
+}
+
+func (a *Agent) brokerErr(err error, d *delivery, op string) {
+	if err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		a.asyncError(fmt.Errorf("agentkit: %s of %s message %d: %w", op, a.id, d.seq, err))
+	}
+}
+
+// reply publishes a reply from the settle path, reporting failures to the
+// error handler.
+func (a *Agent) reply(env *Envelope) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
+	defer cancel()
+	if err := a.sendReply(ctx, env); err != nil {
+		a.asyncError(err)
+	}
+}

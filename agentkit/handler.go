@@ -1,0 +1,140 @@
+package agentkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Handler handles the messages of one action. The error it returns decides
+// what happens to the message (see the package documentation's outcome
+// table): nil acks it, [Busy] or any other error retries it later, [Reject]
+// terminates it and tells the sender.
+//
+// Handlers run concurrently with each other (see [WithConcurrency]) and
+// must honour ctx, which is cancelled at the priority's ProcessingLimit and
+// when the agent stops.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to [Handler].
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// Message is a received envelope with its delivery details. The embedded
+// [Envelope] must not be modified.
+type Message struct {
+	*Envelope
+	// Subject is the subject the message was published on.
+	Subject string
+	// Delivery is the delivery attempt, 1 on the first.
+	Delivery uint64
+	// StreamSeq is the message's sequence in the stream.
+	StreamSeq uint64
+
+	agent *Agent
+	msg   jetstream.Msg
+}
+
+// Reply sends a response to the sender carrying payload (encoded as JSON
+// unless it is a json.RawMessage or []byte of JSON) with action and this
+// message's correlation, workflow, task and session ids.
+func (m *Message) Reply(ctx context.Context, action string, payload any) error {
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	return m.agent.sendReply(ctx, m.NewResponse(m.agent.id, action, raw))
+}
+
+// ReplyError sends an error envelope answering this message. Most handlers
+// return [Reject] instead, which also terminates the message.
+func (m *Message) ReplyError(ctx context.Context, e *Error) error {
+	return m.agent.sendReply(ctx, m.NewErrorReply(m.agent.id, e))
+}
+
+// Busy returns an error telling the runtime the agent cannot take the
+// message now: it is NAKed and redelivered after the given delay, or after
+// the priority's backoff for this attempt when after is 0.
+func Busy(after time.Duration) error { return &retryError{delay: after, code: CodeBusy} }
+
+// Retry wraps err so the message is redelivered after delay (0: the
+// priority's backoff). Plain errors returned by a handler are retried the
+// same way; Retry only sets the delay.
+func Retry(err error, after time.Duration) error {
+	return &retryError{delay: after, code: CodeInternal, err: err}
+}
+
+// Reject returns an error telling the runtime the message can never
+// succeed: it is terminated with reason and the sender receives an error
+// (or NACK) envelope carrying code. A handler returning a non-retryable
+// [*Error] has the same effect.
+func Reject(code ErrorCode, reason string) error {
+	if !code.Valid() {
+		code = CodeRejected
+	}
+	return &Error{Code: code, Message: reason, Retryable: false}
+}
+
+type retryError struct {
+	delay time.Duration
+	code  ErrorCode
+	err   error
+}
+
+func (e *retryError) Error() string {
+	if e.err != nil {
+		return fmt.Sprintf("agentkit: retry: %v", e.err)
+	}
+	return "agentkit: " + string(e.code)
+}
+
+func (e *retryError) Unwrap() error { return e.err }
+
+// encodePayload turns a payload argument into raw JSON. Raw JSON
+// (json.RawMessage or []byte) is used as is and checked when the envelope
+// is encoded; anything else is marshalled with encoding/json.
+func encodePayload(payload any) (json.RawMessage, error) {
+	switch p := payload.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		return p, nil
+	case []byte:
+		return p, nil
+	}
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: payload: %w", ErrInvalidEnvelope, err)
+	}
+	return b, nil
+}
+
+// classify maps a handler's error to an outcome.
+func classify(err error) (kind outcome, code ErrorCode, delay time.Duration) {
+	if err == nil {
+		return outcomeAck, "", 0
+	}
+	var re *retryError
+	if errors.As(err, &re) {
+		return outcomeRetry, re.code, re.delay
+	}
+	var e *Error
+	if errors.As(err, &e) && !e.Retryable {
+		return outcomeTerm, e.Code, 0
+	}
+	if errors.As(err, &e) {
+		return outcomeRetry, e.Code, e.RetryAfter()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return outcomeRetry, CodeTimeout, 0
+	}
+	return outcomeRetry, CodeInternal, 0
+}

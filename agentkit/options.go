@@ -1,0 +1,214 @@
+package agentkit
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// Option configures an [Agent]; pass options to [New].
+type Option interface{ apply(*options) error }
+
+type optionFunc func(*options) error
+
+func (f optionFunc) apply(o *options) error { return f(o) }
+
+type options struct {
+	scheme         subjects.Scheme
+	agentType      string
+	policies       map[Priority]DeliveryPolicy
+	concurrency    int
+	logger         *slog.Logger
+	errorHandler   func(error)
+	maxEnvelope    int
+	replicas       int
+	provision      bool
+	topics         []string
+	doubleAck      bool
+	publishTimeout time.Duration
+	attemptTimeout time.Duration
+	requestTimeout time.Duration
+}
+
+func defaultOptions() options {
+	return options{
+		scheme:         subjects.Default,
+		policies:       DefaultPolicies(),
+		concurrency:    8,
+		logger:         slog.New(slog.DiscardHandler),
+		maxEnvelope:    DefaultMaxEnvelopeBytes,
+		replicas:       1,
+		provision:      true,
+		publishTimeout: 10 * time.Second,
+		attemptTimeout: 2 * time.Second,
+		requestTimeout: 30 * time.Second,
+	}
+}
+
+// WithScheme sets the naming scheme (subject prefix, stream and bucket
+// names). Default: [subjects.Default], prefix "mesh".
+func WithScheme(s subjects.Scheme) Option {
+	return optionFunc(func(o *options) error {
+		if s.Prefix() == "" {
+			return fmt.Errorf("%w: zero subjects.Scheme", ErrInvalidOption)
+		}
+		o.scheme = s
+		return nil
+	})
+}
+
+// WithType sets the agent type written as sender_type (planner, executor,
+// ...). Default: empty.
+func WithType(agentType string) Option {
+	return optionFunc(func(o *options) error { o.agentType = agentType; return nil })
+}
+
+// WithPolicy replaces the delivery policy of one priority. Default:
+// [DefaultPolicies]. Policies apply when Start creates or updates the
+// agent's consumers.
+func WithPolicy(p Priority, policy DeliveryPolicy) Option {
+	return optionFunc(func(o *options) error {
+		if !p.Valid() {
+			return fmt.Errorf("%w: unknown priority %q", ErrInvalidOption, p)
+		}
+		if err := policy.validate(p); err != nil {
+			return err
+		}
+		policy.BackOff = append([]time.Duration(nil), policy.BackOff...)
+		o.policies[p] = policy
+		return nil
+	})
+}
+
+// WithConcurrency sets how many handlers run at once for priorities high to
+// batch. Critical messages always have one more worker of their own.
+// Default: 8.
+func WithConcurrency(n int) Option {
+	return optionFunc(func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("%w: concurrency %d must be at least 1", ErrInvalidOption, n)
+		}
+		o.concurrency = n
+		return nil
+	})
+}
+
+// WithLogger sets the structured logger. Default: discard. Payloads are
+// never logged.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		o.logger = l
+		return nil
+	})
+}
+
+// WithErrorHandler sets a callback for failures that happen in the
+// background (a reply that could not be published, an ack that failed, a
+// consumer error). It must be fast and safe for concurrent use.
+// Default: the error is logged at warn level.
+func WithErrorHandler(f func(error)) Option {
+	return optionFunc(func(o *options) error { o.errorHandler = f; return nil })
+}
+
+// WithMaxEnvelopeBytes sets the largest envelope accepted on receipt;
+// larger ones are terminated before decoding. Default: [DefaultMaxEnvelopeBytes].
+func WithMaxEnvelopeBytes(n int) Option {
+	return optionFunc(func(o *options) error {
+		if n < 256 {
+			return fmt.Errorf("%w: max envelope bytes %d is below 256", ErrInvalidOption, n)
+		}
+		o.maxEnvelope = n
+		return nil
+	})
+}
+
+// WithReplicas sets the replica count used when Start creates the stream
+// (1 on a single server, 3 on a cluster). Default: 1. An existing stream is
+// never changed.
+func WithReplicas(n int) Option {
+	return optionFunc(func(o *options) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("%w: replicas %d not in 1..5", ErrInvalidOption, n)
+		}
+		o.replicas = n
+		return nil
+	})
+}
+
+// WithProvisioning says whether Start creates the stream and the agent's
+// consumers (true, the default) or expects an administrator to have
+// created them and only binds to them (false, for agents whose credentials
+// may not create JetStream resources).
+func WithProvisioning(on bool) Option {
+	return optionFunc(func(o *options) error { o.provision = on; return nil })
+}
+
+// WithTopics subscribes the agent to topics from the start; see also
+// [Agent.Subscribe].
+func WithTopics(topics ...string) Option {
+	return optionFunc(func(o *options) error {
+		for _, t := range topics {
+			if err := subjects.ValidateToken("topic", t); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidID, err)
+			}
+		}
+		o.topics = append(o.topics, topics...)
+		return nil
+	})
+}
+
+// WithDoubleAck makes successful handling wait for the server to confirm
+// the ack (jetstream DoubleAck) instead of firing it and moving on.
+// Default: false.
+func WithDoubleAck(on bool) Option {
+	return optionFunc(func(o *options) error { o.doubleAck = on; return nil })
+}
+
+// WithPublishTimeout bounds how long a send keeps retrying a publish the
+// stream has not acknowledged, when the caller's context has no deadline.
+// Default: 10s.
+func WithPublishTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: publish timeout must be positive", ErrInvalidOption)
+		}
+		o.publishTimeout = d
+		return nil
+	})
+}
+
+// WithRequestTimeout sets how long Request and SendAndWait wait when the
+// caller's context has no deadline. Default: 30s (seed 004).
+func WithRequestTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: request timeout must be positive", ErrInvalidOption)
+		}
+		o.requestTimeout = d
+		return nil
+	})
+}
+
+// StreamConfig returns the configuration of the message stream for scheme:
+// Limits retention (terminated and exhausted messages stay readable for
+// escalation and replay), 7 days MaxAge, a 2 minute duplicate window and the
+// given replica count.
+func StreamConfig(scheme subjects.Scheme, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        scheme.Stream(),
+		Description: "agentmesh messages",
+		Subjects:    scheme.StreamSubjects(),
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      7 * 24 * time.Hour,
+		Duplicates:  2 * time.Minute,
+		Replicas:    replicas,
+	}
+}

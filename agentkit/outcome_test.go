@@ -1,0 +1,215 @@
+package agentkit_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// Each row of the outcome table, observed at the broker.
+
+func TestOutcome_NilAcks(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	var rec recorder
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
+	sender := m.agent("sender")
+	env, err := sender.Send(ctx(t), "recv", "work", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "ack metric", func() bool { return len(adv.of(subjects.EventAck, 0)) == 1 })
+	ack := adv.of(subjects.EventAck, 0)[0]
+	if ack.Consumer != "recv_normal" || ack.Deliveries != 1 {
+		t.Fatalf("ack metric = %+v, want consumer recv_normal, 1 delivery", ack)
+	}
+	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.AckFloor.Stream != ack.StreamSeq {
+		t.Fatalf("consumer ack pending %d, floor %d; want 0, %d", info.NumAckPending, info.AckFloor.Stream, ack.StreamSeq)
+	}
+	if got := rec.msgs[0]; got.MessageID != env.MessageID || got.Delivery != 1 || string(got.Payload) != `{"n":1}` {
+		t.Fatalf("handled %+v", got.Envelope)
+	}
+	if n := recv.Stats().Outcomes[agentkit.OutcomeAck]; n != 1 {
+		t.Fatalf("ack outcomes = %d, want 1", n)
+	}
+}
+
+func TestOutcome_BusyNaksWithDelayThenAcks(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	var rec recorder
+	calls := 0
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		calls++ // one message, handled sequentially
+		rec.handle(nil)(ctx, msg)
+		if calls < 3 {
+			return agentkit.Busy(0)
+		}
+		return nil
+	}}, agentkit.WithPolicy(agentkit.PriorityHigh, fastPolicy(100*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond)))
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityHigh)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "ack after two NAKs", func() bool { return len(adv.of(subjects.EventAck, 0)) == 1 })
+	naks := adv.of(subjects.EventNak, 0)
+	if len(naks) != 2 || naks[0].Deliveries != 1 || naks[1].Deliveries != 2 {
+		t.Fatalf("NAK advisories = %+v, want deliveries 1 and 2", naks)
+	}
+	if d := adv.of(subjects.EventAck, 0)[0].Deliveries; d != 3 {
+		t.Fatalf("acked on delivery %d, want 3", d)
+	}
+	// NakWithDelay follows the priority's backoff: 100ms after the first
+	// attempt, 300ms after the second.
+	rec.mu.Lock()
+	gap1, gap2 := rec.at[1].Sub(rec.at[0]), rec.at[2].Sub(rec.at[1])
+	rec.mu.Unlock()
+	if gap1 < 100*time.Millisecond || gap2 < 300*time.Millisecond {
+		t.Fatalf("redelivery gaps %v, %v; want ≥ 100ms, ≥ 300ms", gap1, gap2)
+	}
+	if n := recv.Stats().Outcomes[agentkit.OutcomeNak]; n != 2 {
+		t.Fatalf("nak outcomes = %d, want 2", n)
+	}
+}
+
+func TestOutcome_RejectTerminatesAndTellsSender(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reject(agentkit.CodeNotFound, "customer CUST999 not found")
+	}})
+	sender := m.started("sender", nil)
+	reply, err := sender.Request(ctx(t), "recv", "work", nil)
+	var remote *agentkit.Error
+	if !errors.As(err, &remote) || remote.Code != agentkit.CodeNotFound || !agentkit.IsRemote(err) || agentkit.IsRetryable(err) {
+		t.Fatalf("Request error = %v, want remote NOT_FOUND", err)
+	}
+	if reply == nil || reply.MessageType != agentkit.TypeError || reply.Status != agentkit.StatusRejected {
+		t.Fatalf("reply = %+v, want a rejected error envelope", reply)
+	}
+	eventually(t, 5*time.Second, "TERM advisory", func() bool { return len(adv.of(subjects.EventTerminated, 0)) == 1 })
+	term := adv.of(subjects.EventTerminated, 0)[0]
+	if term.Consumer != "recv_normal" || term.Reason != "NOT_FOUND: customer CUST999 not found" {
+		t.Fatalf("TERM advisory = %+v", term)
+	}
+	if n := recv.Stats().Outcomes[agentkit.OutcomeTerm]; n != 1 {
+		t.Fatalf("term outcomes = %d, want 1", n)
+	}
+}
+
+func TestOutcome_PanicRecoveredAndRetried(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	calls := 0
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error {
+		calls++
+		if calls == 1 {
+			panic("model returned nonsense")
+		}
+		return nil
+	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(50*time.Millisecond, 50*time.Millisecond)))
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "ack after panic", func() bool { return len(adv.of(subjects.EventAck, 0)) == 1 })
+	if naks := adv.of(subjects.EventNak, 0); len(naks) != 1 {
+		t.Fatalf("NAK advisories = %d, want 1", len(naks))
+	}
+	st := recv.Stats().Outcomes
+	if st[agentkit.OutcomePanic] != 1 || st[agentkit.OutcomeNak] != 1 || st[agentkit.OutcomeAck] != 1 {
+		t.Fatalf("outcomes = %v", st)
+	}
+}
+
+// A handler that outlives the processing limit stops being kept alive: its
+// context is cancelled and the message is retried; after MaxDeliver the
+// server emits MAX_DELIVERIES for the monitor to escalate.
+func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	pol := fastPolicy(100*time.Millisecond, 100*time.Millisecond)
+	pol.ProcessingLimit = 150 * time.Millisecond
+	var rec recorder
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		rec.handle(nil)(ctx, msg)
+		<-ctx.Done()
+		return ctx.Err()
+	}}, agentkit.WithPolicy(agentkit.PriorityLow, pol))
+	sender := m.started("sender", nil)
+	_, err := sender.Request(ctx(t), "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityLow))
+	if agentkit.CodeOf(err) != agentkit.CodeTimeout || !agentkit.IsRemote(err) {
+		t.Fatalf("Request error = %v, want the receiver's TIMEOUT after its last attempt", err)
+	}
+	eventually(t, 5*time.Second, "MAX_DELIVERIES", func() bool { return len(adv.of(subjects.EventMaxDeliveries, 0)) == 1 })
+	if got := adv.of(subjects.EventMaxDeliveries, 0)[0]; got.Deliveries != 2 || got.Consumer != "recv_low" {
+		t.Fatalf("MAX_DELIVERIES = %+v", got)
+	}
+	if rec.count() != 2 {
+		t.Fatalf("handled %d times, want 2 (MaxDeliver)", rec.count())
+	}
+	// The handler ran longer than the 100ms ack wait: InProgress kept the
+	// first delivery alive, so the retry came from the NAK after the limit.
+	rec.mu.Lock()
+	gap := rec.at[1].Sub(rec.at[0])
+	rec.mu.Unlock()
+	if gap < 150*time.Millisecond {
+		t.Fatalf("second delivery after %v, want ≥ the 150ms processing limit", gap)
+	}
+}
+
+// Without InProgress a message not acked within the ack wait would be
+// redelivered; with it, a 400ms handler under a 100ms ack wait is delivered once.
+func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	var rec recorder
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		rec.handle(nil)(ctx, msg)
+		time.Sleep(400 * time.Millisecond)
+		return nil
+	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond)))
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "ack", func() bool { return len(adv.of(subjects.EventAck, 0)) == 1 })
+	if d := adv.of(subjects.EventAck, 0)[0].Deliveries; d != 1 || rec.count() != 1 {
+		t.Fatalf("acked on delivery %d after %d handler calls; want 1 and 1", d, rec.count())
+	}
+}
+
+func TestOutcome_UnknownActionIsCapabilityMissing(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": (&recorder{}).handle(nil)})
+	sender := m.started("sender", nil)
+	ack, err := sender.SendAndWait(ctx(t), "recv", "dance", nil)
+	if agentkit.CodeOf(err) != agentkit.CodeCapabilityMissing || ack == nil || ack.OK || ack.Error == nil {
+		t.Fatalf("SendAndWait = %+v, %v; want a CAPABILITY_MISSING NACK", ack, err)
+	}
+	if !strings.Contains(ack.Error.Message, `"dance"`) {
+		t.Fatalf("NACK reason %q does not name the action", ack.Error.Message)
+	}
+	eventually(t, 5*time.Second, "TERM advisory", func() bool { return len(adv.of(subjects.EventTerminated, 0)) == 1 })
+	st := recv.Stats().Outcomes
+	if st[agentkit.OutcomeCapabilityMissing] != 1 || st[agentkit.OutcomeTerm] != 1 {
+		t.Fatalf("outcomes = %v", st)
+	}
+}

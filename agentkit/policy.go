@@ -1,0 +1,101 @@
+package agentkit
+
+import (
+	"fmt"
+	"time"
+)
+
+// DeliveryPolicy is how the broker and the runtime treat messages of one
+// priority. The defaults ([DefaultPolicies]) are seed 000's timeout table,
+// extended to critical and batch.
+type DeliveryPolicy struct {
+	// BackOff is the ack timeout of each delivery attempt: attempt n waits
+	// BackOff[min(n-1, len-1)] for an ack (or InProgress) before the broker
+	// redelivers. It is also the NakWithDelay schedule for retryable
+	// failures. JetStream sets AckWait to BackOff[0].
+	BackOff []time.Duration
+	// MaxDeliver is the number of delivery attempts, the first included;
+	// after the last one the monitor escalates. It must be ≥ len(BackOff).
+	MaxDeliver int
+	// ProcessingLimit bounds how long a handler may run: InProgress keeps
+	// the message alive until then, and the handler's context is cancelled
+	// at the limit.
+	ProcessingLimit time.Duration
+	// Prefetch is how many messages the client buffers ahead of the
+	// handlers. Keep it small: the ack clock starts when the server
+	// delivers a message into the buffer, not when a handler picks it up.
+	Prefetch int
+	// MaxAckPending bounds unacknowledged messages across all instances of
+	// the agent at this priority (server default 1000).
+	MaxAckPending int
+}
+
+func seconds(s ...int) []time.Duration {
+	d := make([]time.Duration, len(s))
+	for i, v := range s {
+		d[i] = time.Duration(v) * time.Second
+	}
+	return d
+}
+
+// DefaultPolicies returns the default delivery policy of every priority:
+//
+//	priority  BackOff (ack timeout per attempt)  MaxDeliver  ProcessingLimit
+//	critical  2s 4s 8s 16s 32s                   5           1m
+//	high      5s 10s 20s 40s                     4           5m
+//	normal    10s 20s 40s                        3           10m
+//	low       30s 30s                            2           10m
+//	batch     60s 60s                            2           30m
+//
+// high, normal and low are seed 000's table (initial timeout, retries,
+// 2x or no backoff); critical and batch extend it. Each call returns a new map.
+func DefaultPolicies() map[Priority]DeliveryPolicy {
+	return map[Priority]DeliveryPolicy{
+		PriorityCritical: {BackOff: seconds(2, 4, 8, 16, 32), MaxDeliver: 5, ProcessingLimit: time.Minute, Prefetch: 16, MaxAckPending: 1000},
+		PriorityHigh:     {BackOff: seconds(5, 10, 20, 40), MaxDeliver: 4, ProcessingLimit: 5 * time.Minute, Prefetch: 64, MaxAckPending: 1000},
+		PriorityNormal:   {BackOff: seconds(10, 20, 40), MaxDeliver: 3, ProcessingLimit: 10 * time.Minute, Prefetch: 64, MaxAckPending: 1000},
+		PriorityLow:      {BackOff: seconds(30, 30), MaxDeliver: 2, ProcessingLimit: 10 * time.Minute, Prefetch: 64, MaxAckPending: 1000},
+		PriorityBatch:    {BackOff: seconds(60, 60), MaxDeliver: 2, ProcessingLimit: 30 * time.Minute, Prefetch: 64, MaxAckPending: 1000},
+	}
+}
+
+func (p DeliveryPolicy) validate(prio Priority) error {
+	switch {
+	case len(p.BackOff) == 0:
+		return fmt.Errorf("%w: %s policy: BackOff is empty", ErrInvalidOption, prio)
+	case p.MaxDeliver < len(p.BackOff):
+		return fmt.Errorf("%w: %s policy: MaxDeliver %d is less than len(BackOff) %d", ErrInvalidOption, prio, p.MaxDeliver, len(p.BackOff))
+	case p.ProcessingLimit <= 0:
+		return fmt.Errorf("%w: %s policy: ProcessingLimit must be positive", ErrInvalidOption, prio)
+	case p.Prefetch < 1:
+		return fmt.Errorf("%w: %s policy: Prefetch must be at least 1", ErrInvalidOption, prio)
+	case p.MaxAckPending < 1:
+		return fmt.Errorf("%w: %s policy: MaxAckPending must be at least 1", ErrInvalidOption, prio)
+	}
+	for i, d := range p.BackOff {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: %s policy: BackOff[%d] = %v is below 1ms", ErrInvalidOption, prio, i, d)
+		}
+	}
+	return nil
+}
+
+// retryDelay is the NakWithDelay delay after the given delivery attempt
+// (1-based) failed: the attempt's slot in BackOff, the last value repeating.
+func (p DeliveryPolicy) retryDelay(delivery uint64) time.Duration {
+	i := int(delivery) - 1
+	if i < 0 {
+		i = 0
+	}
+	return p.BackOff[min(i, len(p.BackOff)-1)]
+}
+
+// progressInterval is how often InProgress is sent while a handler runs:
+// half the shortest ack timeout, so one lost InProgress is survivable.
+func (p DeliveryPolicy) progressInterval() time.Duration {
+	shortest := p.BackOff[0]
+	for _, d := range p.BackOff {
+		shortest = min(shortest, d)
+	}
+	return shortest / 2
+}

@@ -1,0 +1,63 @@
+package agentkit
+
+import "sync/atomic"
+
+// Outcome names what happened to a received message.
+type Outcome string
+
+// The outcomes counted in [Stats].
+const (
+	OutcomeAck               Outcome = "ack"                // handled; acked
+	OutcomeNak               Outcome = "nak"                // handler failed or was busy; redelivered later
+	OutcomeTerm              Outcome = "term"               // rejected by the handler (or no handler); terminated
+	OutcomeInvalid           Outcome = "invalid"            // not a valid envelope for this agent; terminated
+	OutcomeExpired           Outcome = "expired"            // ttl_ms passed before handling; acked unhandled
+	OutcomeReply             Outcome = "reply"              // a response or ack delivered to a waiting Request/SendAndWait
+	OutcomeLateReply         Outcome = "late_reply"         // a response nobody waits for any more; acked and dropped
+	OutcomeOwn               Outcome = "own"                // the agent's own broadcast or topic message; acked
+	OutcomePanic             Outcome = "panic"              // a handler panicked (also counted as nak)
+	OutcomeCapabilityMissing Outcome = "capability_missing" // no handler for the action (also counted as term)
+)
+
+// Outcomes lists every outcome.
+var Outcomes = []Outcome{OutcomeAck, OutcomeNak, OutcomeTerm, OutcomeInvalid, OutcomeExpired,
+	OutcomeReply, OutcomeLateReply, OutcomeOwn, OutcomePanic, OutcomeCapabilityMissing}
+
+type outcome int
+
+const (
+	outcomeAck outcome = iota
+	outcomeRetry
+	outcomeTerm
+)
+
+type counters struct {
+	n              [10]atomic.Uint64 // indexed like Outcomes
+	publishRetries atomic.Uint64
+}
+
+func (c *counters) add(o Outcome) {
+	for i, v := range Outcomes {
+		if v == o {
+			c.n[i].Add(1)
+			return
+		}
+	}
+}
+
+// Stats is a snapshot of an agent's counters since New.
+type Stats struct {
+	// Outcomes counts received messages by what happened to them.
+	Outcomes map[Outcome]uint64
+	// PublishRetries counts publish attempts that failed and were retried.
+	PublishRetries uint64
+}
+
+// Stats returns a snapshot of the agent's counters.
+func (a *Agent) Stats() Stats {
+	s := Stats{Outcomes: make(map[Outcome]uint64, len(Outcomes)), PublishRetries: a.stats.publishRetries.Load()}
+	for i, o := range Outcomes {
+		s.Outcomes[o] = a.stats.n[i].Load()
+	}
+	return s
+}
