@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -75,6 +76,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 			return nil, err
 		}
 	}
+	o.attemptTimeout = min(2*time.Second, o.publishTimeout/4)
 	if o.errorHandler == nil {
 		o.errorHandler = func(err error) { o.logger.Warn("agentkit background error", "agent", id, "err", err) }
 	}
@@ -288,7 +290,8 @@ func (a *Agent) Topics() []string {
 // Stop stops consuming at once: buffered messages are left to the broker's
 // redelivery, running handlers see their context cancelled and their
 // messages are NAKed for immediate redelivery to another instance. It waits
-// for every goroutine the agent started and is idempotent.
+// for every goroutine the agent started, releases the publisher's reply
+// subscription (call Stop on agents that only sent, too) and is idempotent.
 func (a *Agent) Stop() {
 	a.shutdown(func() {
 		a.stopping.Store(true)
@@ -336,6 +339,7 @@ func (a *Agent) shutdown(begin func()) {
 		return
 	case stateNew:
 		a.state = stateStopped
+		a.js.CleanupPublisher()
 		close(a.closed)
 		return
 	}
@@ -344,6 +348,7 @@ func (a *Agent) shutdown(begin func()) {
 	a.workers.Wait()
 	a.cancel()
 	a.state = stateStopped
+	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
 	a.failWaiters()
 	close(a.closed)
 	a.opts.logger.Info("agent stopped", "agent", a.id)

@@ -31,7 +31,7 @@ func ParsePriority(s string) (Priority, error) {
 	case "medium":
 		return PriorityNormal, nil
 	}
-	return "", fmt.Errorf("%w: unknown priority %q (want critical, high, normal, low or batch)", ErrInvalidEnvelope, s)
+	return "", invalid("priority", fmt.Sprintf("unknown priority %q (want critical, high, normal, low or batch)", s))
 }
 
 // Valid reports whether p is one of [Priorities].
@@ -51,7 +51,7 @@ func (p Priority) String() string { return string(p) }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (p Priority) MarshalText() ([]byte, error) {
 	if !p.Valid() {
-		return nil, fmt.Errorf("%w: unknown priority %q", ErrInvalidEnvelope, string(p))
+		return nil, invalid("priority", fmt.Sprintf("unknown priority %q", string(p)))
 	}
 	return []byte(p), nil
 }
@@ -86,7 +86,7 @@ func (t MessageType) Valid() bool { return slices.Contains(messageTypes, t) }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (t MessageType) MarshalText() ([]byte, error) {
 	if !t.Valid() {
-		return nil, fmt.Errorf("%w: unknown message_type %q", ErrInvalidEnvelope, string(t))
+		return nil, invalid("message_type", fmt.Sprintf("unknown type %q", string(t)))
 	}
 	return []byte(t), nil
 }
@@ -95,7 +95,7 @@ func (t MessageType) MarshalText() ([]byte, error) {
 func (t *MessageType) UnmarshalText(b []byte) error {
 	v := MessageType(b)
 	if !v.Valid() {
-		return fmt.Errorf("%w: unknown message_type %q (want request, response, notification, error or ack)", ErrInvalidEnvelope, string(b))
+		return invalid("message_type", fmt.Sprintf("unknown type %q (want request, response, notification, error or ack)", string(b)))
 	}
 	*t = v
 	return nil
@@ -146,7 +146,7 @@ func (c ErrorCode) Retryable() bool { return retryable[c] }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (c ErrorCode) MarshalText() ([]byte, error) {
 	if !c.Valid() {
-		return nil, fmt.Errorf("%w: unknown error code %q", ErrInvalidEnvelope, string(c))
+		return nil, invalid("error.code", fmt.Sprintf("unknown code %q", string(c)))
 	}
 	return []byte(c), nil
 }
@@ -155,7 +155,7 @@ func (c ErrorCode) MarshalText() ([]byte, error) {
 func (c *ErrorCode) UnmarshalText(b []byte) error {
 	v := ErrorCode(b)
 	if !v.Valid() {
-		return fmt.Errorf("%w: unknown error code %q", ErrInvalidEnvelope, string(b))
+		return invalid("error.code", fmt.Sprintf("unknown code %q", string(b)))
 	}
 	*c = v
 	return nil

@@ -4,9 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
@@ -22,8 +25,13 @@ const Version = "1"
 // default max payload and seed 004's maximum message size.
 const DefaultMaxEnvelopeBytes = 1 << 20
 
-// maxIDLen bounds message, correlation, workflow, task and session ids.
+// maxIDLen bounds message, correlation, workflow, task and session ids, in
+// characters (as JSON Schema's maxLength counts).
 const maxIDLen = 256
+
+// MaxTTLMillis is the largest ttl_ms accepted: about 292 years, the most a
+// time.Duration holds.
+const MaxTTLMillis = math.MaxInt64 / int64(time.Millisecond)
 
 // Envelope is one ACL v1 message: the JSON object every agent sends and
 // receives. Field names are snake_case on the wire; see schema/acl.schema.json
@@ -105,7 +113,7 @@ func (e *Envelope) Validate() error {
 		return invalid("acl", fmt.Sprintf("unsupported version %q (want %q)", e.ACL, Version))
 	case e.MessageID == "":
 		return invalid("message_id", "required")
-	case len(e.MessageID) > maxIDLen || strings.ContainsAny(e.MessageID, " \t\r\n"):
+	case utf8.RuneCountInString(e.MessageID) > maxIDLen || strings.ContainsAny(e.MessageID, " \t\r\n"):
 		return invalid("message_id", "must be at most 256 characters without whitespace")
 	case !e.MessageType.Valid():
 		return invalid("message_type", fmt.Sprintf("unknown type %q", e.MessageType))
@@ -115,6 +123,8 @@ func (e *Envelope) Validate() error {
 		return invalid("timestamp", "required")
 	case e.TTLMillis < 0:
 		return invalid("ttl_ms", "must not be negative")
+	case e.TTLMillis > MaxTTLMillis:
+		return invalid("ttl_ms", fmt.Sprintf("must be at most %d", int64(MaxTTLMillis)))
 	}
 	if err := subjects.ValidateToken("sender_id", e.SenderID); err != nil {
 		return invalid("sender_id", err.Error())
@@ -148,7 +158,7 @@ func (e *Envelope) Validate() error {
 	}
 	for _, f := range [...]struct{ name, v string }{{"correlation_id", e.Correlation}, {"workflow_id", e.WorkflowID},
 		{"task_id", e.TaskID}, {"session_id", e.SessionID}, {"in_reply_to", e.InReplyTo}} {
-		if len(f.v) > maxIDLen {
+		if utf8.RuneCountInString(f.v) > maxIDLen {
 			return invalid(f.name, "longer than 256 characters")
 		}
 	}
@@ -168,12 +178,18 @@ func (e *Envelope) Encode() ([]byte, error) {
 	return b, nil
 }
 
-// Decode parses and validates one JSON envelope. Unknown fields, duplicate
-// fields and invalid UTF-8 are rejected, as the JSON Schema does. Errors
-// match errors.Is(err, [ErrInvalidEnvelope]).
+// Decode parses and validates one JSON envelope. Unknown fields are
+// rejected (as the JSON Schema's additionalProperties: false does), and so
+// are duplicate fields and invalid UTF-8 (which JSON Schema cannot express).
+// Errors match errors.Is(err, [ErrInvalidEnvelope]); a field that fails is
+// named by a [*ValidationError].
 func Decode(data []byte) (*Envelope, error) {
 	var e Envelope
 	if err := jsonv2.Unmarshal(data, &e, jsonv2.RejectUnknownMembers(true)); err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return nil, ve
+		}
 		return nil, fmt.Errorf("%w: not a JSON envelope: %w", ErrInvalidEnvelope, err)
 	}
 	if err := e.Validate(); err != nil {
@@ -222,8 +238,12 @@ func (e *Envelope) NewResponse(self, action string, payload json.RawMessage) *En
 }
 
 // NewErrorReply returns an error envelope answering e from self, with
-// status rejected when err is not retryable, else failed.
+// status rejected when err is not retryable, else failed. A nil err is
+// reported as INTERNAL.
 func (e *Envelope) NewErrorReply(self string, err *Error) *Envelope {
+	if err == nil {
+		err = NewError(CodeInternal, "unspecified error")
+	}
 	r := e.reply(self, TypeError, e.Action)
 	r.Status = StatusFailed
 	if !err.Retryable {

@@ -71,8 +71,11 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s: %s", origin, e.Code, e.Message)
 }
 
-// RetryAfter returns the receiver's hint of when to retry, or 0.
-func (e *Error) RetryAfter() time.Duration { return time.Duration(e.RetryAfterMS) * time.Millisecond }
+// RetryAfter returns the receiver's hint of when to retry, or 0; absurd
+// hints are capped at [MaxTTLMillis].
+func (e *Error) RetryAfter() time.Duration {
+	return time.Duration(min(max(e.RetryAfterMS, 0), MaxTTLMillis)) * time.Millisecond
+}
 
 // IsRemote reports whether err carries an [*Error] sent back by another agent.
 func IsRemote(err error) bool {

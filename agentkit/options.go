@@ -173,6 +173,7 @@ func WithDoubleAck(on bool) Option {
 
 // WithPublishTimeout bounds how long a send keeps retrying a publish the
 // stream has not acknowledged, when the caller's context has no deadline.
+// Each attempt waits a quarter of it for the stream's ack, at most 2s.
 // Default: 10s.
 func WithPublishTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) error {

@@ -48,6 +48,9 @@ var eventPrefixes = []struct {
 
 // EventSubject returns the subject of kind for stream and consumer.
 func EventSubject(kind EventKind, stream, consumer string) (string, error) {
+	if err := firstErr(ValidateToken("stream", stream), ValidateToken("consumer", consumer)); err != nil {
+		return "", err
+	}
 	for _, p := range eventPrefixes {
 		if p.kind == kind {
 			return p.prefix + "." + stream + "." + consumer, nil
@@ -64,7 +67,7 @@ func ParseEvent(subject string) (Event, error) {
 			continue
 		}
 		stream, consumer, ok := strings.Cut(rest, ".")
-		if !ok || stream == "" || consumer == "" || strings.Contains(consumer, ".") {
+		if !ok || firstErr(ValidateToken("stream", stream), ValidateToken("consumer", consumer)) != nil {
 			break
 		}
 		return Event{Kind: p.kind, Stream: stream, Consumer: consumer}, nil

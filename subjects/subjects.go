@@ -61,10 +61,9 @@ func ValidateToken(field, v string) error {
 	if len(v) > MaxTokenLen {
 		return &InvalidTokenError{Field: field, Value: v, Reason: fmt.Sprintf("longer than %d characters", MaxTokenLen)}
 	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
+	for i, c := range v {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return &InvalidTokenError{Field: field, Value: v, Reason: fmt.Sprintf("character %q at %d is not in [A-Za-z0-9_-]", c, i)}
+			return &InvalidTokenError{Field: field, Value: v, Reason: fmt.Sprintf("character %q at byte %d is not in [A-Za-z0-9_-]", c, i)}
 		}
 	}
 	return nil
@@ -103,14 +102,28 @@ func mustNew(prefix string) Scheme {
 	return s
 }
 
-// New returns the scheme for prefix, which must be a token. Several meshes
-// can share one NATS account by using different prefixes: the stream, bucket
-// and subject names all derive from it.
+// New returns the scheme for prefix: 1 to 32 characters from [a-z0-9_],
+// starting with a letter. Several meshes can share one NATS account by using
+// different prefixes: the stream, bucket and subject names all derive from
+// it, and the stream name is the prefix in upper case, so no two prefixes
+// share a stream.
 func New(prefix string) (Scheme, error) {
-	if err := ValidateToken("prefix", prefix); err != nil {
+	if err := validatePrefix(prefix); err != nil {
 		return Scheme{}, err
 	}
-	return Scheme{prefix: prefix, stream: strings.ToUpper(strings.ReplaceAll(prefix, "-", "_"))}, nil
+	return Scheme{prefix: prefix, stream: strings.ToUpper(prefix)}, nil
+}
+
+func validatePrefix(p string) error {
+	if p == "" || len(p) > 32 {
+		return &InvalidTokenError{Field: "prefix", Value: p, Reason: "must be 1 to 32 characters"}
+	}
+	for i, c := range p {
+		if !('a' <= c && c <= 'z' || i > 0 && ('0' <= c && c <= '9' || c == '_')) {
+			return &InvalidTokenError{Field: "prefix", Value: p, Reason: "must be [a-z][a-z0-9_]*: lower case keeps stream names distinct"}
+		}
+	}
+	return nil
 }
 
 // Prefix returns the subject prefix.

@@ -1,0 +1,136 @@
+package agentkit_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
+)
+
+func TestLifecycle_StartTwiceAndHandleAfterStart(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	a := m.started("a", nil)
+	if err := a.Start(ctx(t)); !errors.Is(err, agentkit.ErrAlreadyStarted) {
+		t.Fatalf("second Start: %v", err)
+	}
+	if err := a.HandleFunc("x", func(context.Context, *agentkit.Message) error { return nil }); !errors.Is(err, agentkit.ErrAlreadyStarted) {
+		t.Fatalf("Handle after Start: %v", err)
+	}
+	a.Stop()
+	a.Stop() // idempotent
+	select {
+	case <-a.Closed():
+	default:
+		t.Fatal("Closed not closed after Stop")
+	}
+	if err := a.Subscribe(ctx(t), "t"); !errors.Is(err, agentkit.ErrClosed) {
+		t.Fatalf("Subscribe after Stop: %v", err)
+	}
+}
+
+// Start provisions idempotently: a second instance with the same id and
+// options converges on the same consumers.
+func TestLifecycle_StartIsIdempotentOnTheServer(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.started("a", nil)
+	b := m.started("a", nil)
+	for _, p := range agentkit.Priorities {
+		info, err := b.ConsumerInfo(ctx(t), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol := agentkit.DefaultPolicies()[p]
+		if info.Config.MaxDeliver != pol.MaxDeliver || len(info.Config.BackOff) != len(pol.BackOff) ||
+			info.Config.SampleFrequency != "100" || info.Config.AckWait != pol.BackOff[0] {
+			t.Fatalf("%s consumer config = %+v", p, info.Config)
+		}
+	}
+}
+
+// Drain lets running handlers finish and acks their messages.
+func TestLifecycle_DrainFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	started := make(chan struct{}, 1)
+	var finished atomic.Int64
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, _ *agentkit.Message) error {
+		started <- struct{}{}
+		time.Sleep(200 * time.Millisecond)
+		finished.Add(1)
+		return nil
+	}}, agentkit.WithConcurrency(1))
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := recv.Drain(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if finished.Load() != 1 || recv.Stats().Outcomes[agentkit.OutcomeAck] != 1 {
+		t.Fatalf("drain returned before the handler finished (finished=%d)", finished.Load())
+	}
+}
+
+// Stop cancels running handlers and hands their messages back at once, so
+// another instance gets them without waiting for the ack timeout.
+func TestLifecycle_StopHandsBackInFlight(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	started := make(chan struct{}, 1)
+	a := m.started("worker", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, _ *agentkit.Message) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "worker", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	a.Stop()
+	var rec recorder
+	m.started("worker", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
+	// The default normal ack wait is 10s; the message must come back well before.
+	eventually(t, 3*time.Second, "redelivery to the second instance", func() bool { return rec.count() == 1 })
+	if got := rec.msgs[0].Delivery; got != 2 {
+		t.Fatalf("delivery = %d, want 2", got)
+	}
+}
+
+// Every goroutine an agent starts ends with Stop. A first round creates the
+// server-side stream and consumers (whose goroutines belong to the server)
+// and nats.go's per-connection reply subscription; the second round must
+// leave nothing behind.
+func TestLifecycle_NoGoroutineLeak(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	round := func() {
+		a, err := agentkit.New(nc, "leaky")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { return m.Reply(ctx, "done", nil) })
+		if err := a.Start(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Request(ctx(t), "leaky", "work", nil); err != nil {
+			t.Fatal(err)
+		}
+		a.Stop()
+	}
+	round()
+	before := goleak.IgnoreCurrent()
+	round()
+	goleak.VerifyNone(t, before,
+		// one async-publish reply subscription per JetStream context, owned by nc
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats%2ego.(*Conn).waitForMsgs"))
+}

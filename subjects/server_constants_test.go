@@ -1,0 +1,106 @@
+package subjects_test
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// TestServerConstants checks the advisory and metric prefixes restated in
+// subjects against nats-server's own constants (server/jetstream_api.go).
+func TestServerConstants(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, got, want string }{
+		{"AdvisoryPrefix", subjects.AdvisoryPrefix, server.JSAdvisoryPrefix},
+		{"MetricPrefix", subjects.MetricPrefix, server.JSMetricPrefix},
+		{"AckMetricPrefix", subjects.AckMetricPrefix, server.JSMetricConsumerAckPre},
+		{"MaxDeliveriesPrefix", subjects.MaxDeliveriesPrefix, server.JSAdvisoryConsumerMaxDeliveryExceedPre},
+		{"NakPrefix", subjects.NakPrefix, server.JSAdvisoryConsumerMsgNakPre},
+		{"TerminatedPrefix", subjects.TerminatedPrefix, server.JSAdvisoryConsumerMsgTerminatedPre},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("subjects.%s = %q, server says %q", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// TestServerSubjectMatching checks with the server's own matcher that each
+// stream's filters capture exactly the subjects meant for it.
+func TestServerSubjectMatching(t *testing.T) {
+	t.Parallel()
+	s := subjects.Default
+	matches := func(subject string, filters []string) bool {
+		for _, f := range filters {
+			if server.SubjectMatchesFilter(subject, f) {
+				return true
+			}
+		}
+		return false
+	}
+	direct, _ := s.Direct("planner_1", "high", "orch_1")
+	topic, _ := s.Topic("findings", "high", "orch_1")
+	broadcast, _ := s.Broadcast("high", "orch_1")
+	dlq, _ := s.DLQ("planner_1", "high", "orch_1")
+	hb, _ := s.Heartbeat("planner_1")
+	alert, _ := s.Alert("critical", "planner_1")
+	for _, tc := range []struct {
+		subject            string
+		stream, dlqStream  bool
+		heartbeat, alerted bool
+	}{
+		{direct, true, false, false, false},
+		{topic, true, false, false, false},
+		{broadcast, true, false, false, false},
+		{dlq, false, true, false, false},
+		{hb, false, false, true, false},
+		{alert, false, false, false, true},
+	} {
+		if got := matches(tc.subject, s.StreamSubjects()); got != tc.stream {
+			t.Errorf("%s matches StreamSubjects: %v, want %v", tc.subject, got, tc.stream)
+		}
+		if got := matches(tc.subject, s.DLQSubjects()); got != tc.dlqStream {
+			t.Errorf("%s matches DLQSubjects: %v, want %v", tc.subject, got, tc.dlqStream)
+		}
+		if got := matches(tc.subject, []string{s.HeartbeatFilter()}); got != tc.heartbeat {
+			t.Errorf("%s matches HeartbeatFilter: %v, want %v", tc.subject, got, tc.heartbeat)
+		}
+		if got := matches(tc.subject, []string{s.AlertFilter()}); got != tc.alerted {
+			t.Errorf("%s matches AlertFilter: %v, want %v", tc.subject, got, tc.alerted)
+		}
+	}
+
+	df, _ := s.DirectFilter("planner_1", "high")
+	tf, _ := s.TopicFilter("findings", "high")
+	bf, _ := s.BroadcastFilter("high")
+	for _, tc := range []struct {
+		filter, yes, no string
+	}{
+		{df, direct, must2(s.Direct("planner_1", "low", "orch_1"))},
+		{tf, topic, must2(s.Topic("findings", "normal", "orch_1"))},
+		{bf, broadcast, must2(s.Broadcast("critical", "orch_1"))},
+	} {
+		if !server.SubjectMatchesFilter(tc.yes, tc.filter) || server.SubjectMatchesFilter(tc.no, tc.filter) {
+			t.Errorf("filter %s: matches %s = %v (want true), %s = %v (want false)", tc.filter,
+				tc.yes, server.SubjectMatchesFilter(tc.yes, tc.filter), tc.no, server.SubjectMatchesFilter(tc.no, tc.filter))
+		}
+	}
+
+	// The events stream captures its own stream's consumer events only.
+	for _, kind := range []subjects.EventKind{subjects.EventAck, subjects.EventNak, subjects.EventTerminated, subjects.EventMaxDeliveries} {
+		own, _ := subjects.EventSubject(kind, s.Stream(), "planner_1_high")
+		other, _ := subjects.EventSubject(kind, s.EventsStream(), "monitor")
+		if !matches(own, s.EventsSubjects()) || matches(other, s.EventsSubjects()) {
+			t.Errorf("EventsSubjects %q: %s matched %v (want true), %s matched %v (want false)", s.EventsSubjects(),
+				own, matches(own, s.EventsSubjects()), other, matches(other, s.EventsSubjects()))
+		}
+	}
+}
+
+func must2(s string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
