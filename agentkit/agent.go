@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,8 @@ type Agent struct {
 	cancel   context.CancelFunc
 	readers  sync.WaitGroup
 	workers  sync.WaitGroup
+	scanner  sync.WaitGroup // the keep-alive scanner
+	scanDone chan struct{}
 	closed   chan struct{}
 
 	waitMu  sync.Mutex
@@ -158,16 +161,30 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.quit = make(chan struct{})
 	a.runCtx, a.cancel = context.WithCancel(context.Background())
 	for i, p := range queueOrder {
-		a.queues[i] = make(chan *delivery)
+		a.queues[i] = make(chan *delivery, a.opts.concurrency)
 		a.readers.Go(func() { a.read(p, iters[i], a.queues[i]) })
 	}
-	a.workers.Go(func() { a.work(a.queues[:1]) }) // critical's own worker
-	for range a.opts.concurrency {
-		a.workers.Go(func() { a.work(a.queues[:]) })
+	slots := make([]atomic.Pointer[delivery], a.opts.concurrency+1)
+	a.workers.Go(func() { a.work(a.queues[:1], &slots[0]) }) // critical's own worker
+	for i := range a.opts.concurrency {
+		a.workers.Go(func() { a.work(a.queues[:], &slots[i+1]) })
 	}
+	a.scanDone = make(chan struct{})
+	a.scanner.Go(func() { a.keepAlive(slots, a.keepAliveTick(), a.scanDone) })
 	a.state = stateStarted
 	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics)
 	return nil
+}
+
+// keepAliveTick is the scanner's period: half the shortest progress
+// interval of any priority, so InProgress is never later than 3/4 of an ack
+// timeout after the previous one.
+func (a *Agent) keepAliveTick() time.Duration {
+	tick := time.Duration(math.MaxInt64)
+	for _, p := range a.opts.policies {
+		tick = min(tick, p.progressInterval()/2)
+	}
+	return max(tick, time.Millisecond)
 }
 
 // consumerConfig returns the durable consumer of priority p: the agent's
@@ -346,6 +363,8 @@ func (a *Agent) shutdown(begin func()) {
 	begin()
 	a.readers.Wait()
 	a.workers.Wait()
+	close(a.scanDone)
+	a.scanner.Wait()
 	a.cancel()
 	a.state = stateStopped
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines

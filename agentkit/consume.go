@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,7 +13,9 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// delivery is a received, validated message waiting for a handler.
+// delivery is a received message on its way through the runtime. It is
+// one allocation holding everything the hot path needs: the check's
+// results, the handler's Message and the keep-alive state.
 type delivery struct {
 	msg      jetstream.Msg
 	env      *Envelope
@@ -21,6 +23,12 @@ type delivery struct {
 	delivery uint64
 	seq      uint64
 	policy   DeliveryPolicy
+	message  Message
+
+	// set while the handler runs; see keepAlive
+	start        time.Time
+	cancel       context.CancelFunc
+	lastProgress time.Time // read and written only by the scanner after it loads the slot
 }
 
 // read pulls one priority's messages and hands them to the workers, which
@@ -54,13 +62,14 @@ func (a *Agent) read(p Priority, it jetstream.MessagesContext, out chan<- *deliv
 
 // work runs handlers for messages from queues, always preferring the
 // earliest queue with a message waiting (queues are in priority order).
-func (a *Agent) work(queues []chan *delivery) {
+// slot publishes the running handler to the keep-alive scanner.
+func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 	for {
-		if d, ok := a.next(queues); ok {
-			a.handle(d)
-			continue
+		d, ok := a.next(queues)
+		if !ok {
+			return
 		}
-		return
+		a.handle(d, slot)
 	}
 }
 
@@ -183,7 +192,7 @@ func (a *Agent) checkRouting(env *Envelope, sub subjects.Subject) string {
 }
 
 // handle checks d, runs its handler and settles the message.
-func (a *Agent) handle(d *delivery) {
+func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	if !a.receive(d) {
 		return
 	}
@@ -193,37 +202,48 @@ func (a *Agent) handle(d *delivery) {
 		return
 	}
 	ctx, cancel := context.WithCancel(a.runCtx)
-	start := time.Now()
-	progress := a.keepAlive(d, start, cancel)
-	err := a.call(ctx, h, &Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg})
-	progress.Stop()
+	d.start, d.cancel = time.Now(), cancel
+	d.lastProgress = d.start.Add(-d.policy.progressInterval() / 2) // first InProgress after half an interval
+	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
+	slot.Store(d)
+	err := a.call(ctx, h, &d.message)
+	slot.Store(nil)
 	cancel()
 	if err != nil && ctx.Err() != nil && a.runCtx.Err() == nil && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.policy.ProcessingLimit)
 	}
-	a.settle(d, err, time.Since(start))
+	a.settle(d, err, time.Since(d.start))
 }
 
-// keepAlive sends InProgress every progress interval while the handler
-// runs, so a slow handler is not mistaken for a dead one, and cancels the
-// handler's context at the processing limit. One timer serves both.
-func (a *Agent) keepAlive(d *delivery, start time.Time, cancel context.CancelFunc) *time.Timer {
-	every := min(d.policy.progressInterval(), d.policy.ProcessingLimit)
-	var t *time.Timer
-	// Armed only after t is assigned, so the callback always sees t.
-	t = time.AfterFunc(math.MaxInt64, func() {
-		left := d.policy.ProcessingLimit - time.Since(start)
-		if left <= 0 {
-			cancel()
+// keepAlive is the agent's one keep-alive goroutine. Every tick it sends
+// InProgress for handlers that have run a progress interval (half the
+// shortest ack timeout) since the last one, so a slow handler is not taken
+// for a dead one, and cancels handlers that reached their processing limit.
+// One scanner instead of a timer per message keeps the hot path cheap.
+func (a *Agent) keepAlive(slots []atomic.Pointer[delivery], tick time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
 			return
+		case now := <-t.C:
+			for i := range slots {
+				d := slots[i].Load()
+				if d == nil {
+					continue
+				}
+				if now.Sub(d.start) >= d.policy.ProcessingLimit {
+					d.cancel() // no more InProgress: the broker will see a timeout unless the handler returns
+					continue
+				}
+				if now.Sub(d.lastProgress) >= d.policy.progressInterval() {
+					a.brokerErr(d.msg.InProgress(), d, "in progress")
+					d.lastProgress = now
+				}
+			}
 		}
-		if err := d.msg.InProgress(); err != nil {
-			a.brokerErr(err, d, "in progress")
-		}
-		t.Reset(min(every, left))
-	})
-	t.Reset(every)
-	return t
+	}
 }
 
 // call runs h, turning a panic into an error.

@@ -176,14 +176,14 @@ func (a *Agent) sendReply(ctx context.Context, e *Envelope) error {
 	return a.publish(ctx, subject, e)
 }
 
-// publish encodes e and stores it on subject, retrying retryable failures.
-func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) error {
+// message encodes e as the NATS message to publish on subject.
+func (a *Agent) message(subject string, e *Envelope) (*nats.Msg, error) {
 	data, err := e.Encode()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if max := a.nc.MaxPayload(); max > 0 && int64(len(data)) > max {
-		return fmt.Errorf("%w: %d bytes, the server accepts %d", ErrPayloadTooLarge, len(data), max)
+		return nil, fmt.Errorf("%w: %d bytes, the server accepts %d", ErrPayloadTooLarge, len(data), max)
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
 		HeaderMsgID:  {e.MessageID},
@@ -199,12 +199,19 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) error 
 	if e.InReplyTo != "" {
 		msg.Header[HeaderInReplyTo] = []string{e.InReplyTo}
 	}
+	return msg, nil
+}
+
+// publish encodes e and stores it on subject, retrying retryable failures.
+func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) error {
+	msg, err := a.message(subject, e)
+	if err != nil {
+		return err
+	}
 	err = a.publishOnce(ctx, msg)
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 		defer cancel()
-		b := backoff.NewExponentialBackOff()
-		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 2*time.Second, 0
 		err = backoff.Retry(func() error {
 			a.stats.publishRetries.Add(1)
 			err := a.publishOnce(ctx, msg)
@@ -212,10 +219,134 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) error 
 				return backoff.Permanent(err)
 			}
 			return err
-		}, backoff.WithContext(b, ctx))
+		}, backoff.WithContext(publishBackOff(), ctx))
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
+	}
+	return nil
+}
+
+// publishBackOff is the retry schedule of failed publishes: exponential
+// from 50ms to 2s, bounded by the caller's context.
+func publishBackOff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 2*time.Second, 0
+	return b
+}
+
+// NewRequest returns a request envelope from this agent to agent to,
+// ready for [Agent.SendEnvelope] or [Agent.SendBatch].
+func (a *Agent) NewRequest(to, action string, payload any, opts ...SendOption) (*Envelope, error) {
+	e, err := a.compose(TypeRequest, action, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	e.ReceiverID = to
+	return e, nil
+}
+
+// BatchError reports which envelopes of a [Agent.SendBatch] were not stored.
+type BatchError struct {
+	// Errs[i] is why envs[i] was not stored; nil when it was.
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("agentkit: %d of %d messages not stored; first: %v", n, len(e.Errs), first)
+}
+
+// Unwrap returns the individual failures, so errors.Is(err, ErrPublish) works.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// SendBatch publishes envs, which must all name this agent as sender, in
+// one pipelined burst and returns once the stream has stored every one of
+// them. Every envelope is checked before anything is published. Failed
+// publishes are retried with exponential backoff under their own message
+// ids, so a retry never duplicates; what still fails when ctx (or the
+// publish timeout) ends is reported per envelope in a [*BatchError].
+// SendBatch is the bulk path: one goroutine can keep the stream busy
+// without waiting for each ack in turn.
+func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) error {
+	msgs := make([]*nats.Msg, len(envs))
+	for i, e := range envs {
+		if e.SenderID != a.id {
+			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", ErrInvalidEnvelope, i, e.SenderID, a.id)
+		}
+		subject, err := a.subjectFor(e)
+		if err == nil {
+			msgs[i], err = a.message(subject, e)
+		}
+		if err != nil {
+			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
+		}
+	}
+	ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
+	defer cancel()
+	errs := make([]error, len(envs))
+	todo := make([]int, len(envs))
+	for i := range todo {
+		todo[i] = i
+	}
+	futures := make([]jetstream.PubAckFuture, len(envs))
+	b := publishBackOff()
+	for {
+		for _, i := range todo {
+			futures[i], errs[i] = a.js.PublishMsgAsync(msgs[i])
+		}
+		retry := todo[:0]
+		for _, i := range todo {
+			if errs[i] == nil {
+				select {
+				case <-futures[i].Ok():
+				case errs[i] = <-futures[i].Err():
+				case <-ctx.Done():
+					errs[i] = ctx.Err()
+				}
+			}
+			if errs[i] != nil && retryablePublish(errs[i]) && ctx.Err() == nil {
+				retry = append(retry, i)
+			}
+		}
+		if len(retry) == 0 {
+			break
+		}
+		select {
+		case <-time.After(b.NextBackOff()):
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break // errs keeps each message's last failure
+		}
+		a.stats.publishRetries.Add(uint64(len(retry)))
+		todo = retry
+	}
+	failed := false
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, envs[i].MessageType, envs[i].MessageID, msgs[i].Subject, err)
+			failed = true
+		}
+	}
+	if failed {
+		return &BatchError{Errs: errs}
 	}
 	return nil
 }

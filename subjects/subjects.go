@@ -286,7 +286,8 @@ func (s Scheme) Parse(subject string) (Subject, error) {
 	if !ok {
 		return Subject{}, fmt.Errorf("%w: %q does not start with %q", ErrInvalidSubject, subject, s.prefix+".")
 	}
-	t := strings.Split(rest, ".")
+	var buf [5]string // the longest subjects have 4 tokens after the prefix
+	t := splitTokens(rest, buf[:0])
 	var out Subject
 	var err error
 	switch Kind(t[0]) {
@@ -328,6 +329,21 @@ func (s Scheme) Parse(subject string) (Subject, error) {
 		return Subject{}, fmt.Errorf("%w: %q: %w", ErrInvalidSubject, subject, err)
 	}
 	return out, nil
+}
+
+// splitTokens splits s at dots into buf without allocating; it stops after
+// cap(buf) tokens, the rest landing in the last one (which then fails its
+// token check).
+func splitTokens(s string, buf []string) []string {
+	for len(buf) < cap(buf)-1 {
+		tok, rest, ok := strings.Cut(s, ".")
+		buf = append(buf, tok)
+		if !ok {
+			return buf
+		}
+		s = rest
+	}
+	return append(buf, s)
 }
 
 func firstErr(errs ...error) error {

@@ -1,0 +1,172 @@
+package agentkit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// benchPayload is a 512-byte JSON payload, the same bytes on every side.
+var benchPayload = []byte(`{"data":"` + strings.Repeat("x", 512-11) + `"}`)
+
+// BenchmarkThroughput moves b.N messages of 512 payload bytes end to end on
+// one embedded server in one run, three ways:
+//
+//	raw             nats.go: PublishAsync from one goroutine → Consume → Ack
+//	agentkit-batch  SendBatch of 256 from one goroutine → handler → Ack
+//	agentkit        Send from 64 goroutines (each waits for its stream ack) → handler → Ack
+//
+// Each reports msg/s, process CPU per message (server included, since it
+// runs in the process) and CPU utilisation. Compare the ratios within one
+// run; absolute figures on a shared machine are noise.
+func BenchmarkThroughput(b *testing.B) {
+	s := natstest.RunServer(b)
+	b.Run("raw", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s)) })
+	b.Run("agentkit-batch", func(b *testing.B) {
+		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendBatches)
+	})
+	b.Run("agentkit", func(b *testing.B) {
+		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently)
+	})
+}
+
+func benchRaw(b *testing.B, pubConn, subConn *nats.Conn) {
+	ctx := context.Background()
+	js, _ := jetstream.New(pubConn)
+	stream := fmt.Sprintf("RAW%d", b.N)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}}); err != nil {
+		b.Fatal(err)
+	}
+	sjs, _ := jetstream.New(subConn)
+	cons, err := sjs.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got atomic.Int64
+	done := make(chan struct{})
+	n := int64(b.N)
+	m := startMeasure(b)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		m.Ack()
+		if got.Add(1) == n {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	for i := 0; i < b.N; i++ {
+		if _, err := js.PublishAsync(stream+".x", benchPayload, jetstream.WithMsgID(agentkit.NewMessageID())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	<-done
+	m.stop()
+}
+
+// sendBatches sends n requests in batches of 256 from one goroutine.
+func sendBatches(b *testing.B, sender *agentkit.Agent, n int) {
+	batch := make([]*agentkit.Envelope, 0, 256)
+	for i := range n {
+		e, err := sender.NewRequest("receiver", "work", benchPayload)
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch = append(batch, e)
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := sender.SendBatch(context.Background(), batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+}
+
+// sendConcurrently sends n requests with Send from 64 goroutines.
+func sendConcurrently(b *testing.B, sender *agentkit.Agent, n int) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if _, err := sender.Send(context.Background(), "receiver", "work", benchPayload); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int)) {
+	scheme, _ := subjects.New(fmt.Sprintf("bench%d_%d", b.N, time.Now().UnixNano()))
+	var got atomic.Int64
+	done := make(chan struct{})
+	n := int64(b.N)
+	recv, err := agentkit.New(subConn, "receiver", agentkit.WithScheme(scheme))
+	if err != nil {
+		b.Fatal(err)
+	}
+	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error {
+		if got.Add(1) == n {
+			close(done)
+		}
+		return nil
+	})
+	sender, _ := agentkit.New(pubConn, "sender", agentkit.WithScheme(scheme))
+	if err := recv.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer recv.Stop()
+	defer sender.Stop()
+	m := startMeasure(b)
+	send(b, sender, b.N)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("handled %d of %d", got.Load(), n)
+	}
+	m.stop()
+}
+
+type measure struct {
+	b   *testing.B
+	cpu time.Duration
+}
+
+func startMeasure(b *testing.B) measure {
+	b.ResetTimer()
+	return measure{b: b, cpu: processCPU()}
+}
+
+func (m measure) stop() {
+	m.b.StopTimer()
+	cpu := processCPU() - m.cpu
+	m.b.ReportMetric(float64(m.b.N)/m.b.Elapsed().Seconds(), "msg/s")
+	m.b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(m.b.N), "cpu-µs/msg")
+	m.b.ReportMetric(float64(cpu)/float64(m.b.Elapsed())*100, "%cpu")
+}
+
+// processCPU is the user+system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

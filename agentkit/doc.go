@@ -1,0 +1,75 @@
+// Package agentkit is the SDK an agent links to talk to other agents over
+// NATS JetStream: the ACL message envelope, an agent runtime with
+// at-least-once delivery, request/response, publish/subscribe and broadcast.
+//
+// # Agents
+//
+// [New] takes an existing *nats.Conn (agentkit never dials) and an agent id.
+// Register a [Handler] per action with [Agent.Handle], then [Agent.Start]:
+// Start provisions the stream MESH (unless it exists) and one durable pull
+// consumer per priority, "<agent>_<priority>", filtering the agent's direct
+// subject, broadcasts and subscribed topics at that priority. Several Agent
+// values with one id are instances of one agent: they share the consumers
+// and split the work. [Agent.Drain] finishes in-flight work and stops;
+// [Agent.Stop] stops at once and hands in-flight messages back.
+//
+//	a, err := agentkit.New(nc, "planner_1", agentkit.WithType("planner"))
+//	a.HandleFunc("plan_workflow", func(ctx context.Context, m *agentkit.Message) error {
+//		return m.Reply(ctx, "plan_complete", plan)
+//	})
+//	err = a.Start(ctx)
+//	defer a.Drain(ctx)
+//
+// # Sending
+//
+// [Agent.Send] stores a message for another agent and returns; [Agent.Request]
+// waits for the response; [Agent.SendAndWait] waits for the receiver's ACK or
+// NACK (seed 000's send_with_acknowledgment); [Agent.Publish] goes to every
+// agent subscribed to a topic ([Agent.Subscribe]); [Agent.Broadcast] to
+// every agent; [Agent.SendBatch] stores many messages in one pipelined burst.
+// The Nats-Msg-Id header is the envelope's message_id, so a publish retried
+// after a failure (agentkit retries with exponential backoff) or a resend
+// with [WithMessageID] is stored and delivered once.
+//
+// # Delivery and outcomes
+//
+// Each priority has a [DeliveryPolicy]: the ack timeout of every attempt
+// (BackOff), the number of attempts (MaxDeliver), how long a handler may run
+// (ProcessingLimit) and how many messages are buffered (Prefetch). The
+// defaults ([DefaultPolicies]) are seed 000's table: high 5s/10s/20s/40s,
+// normal 10s/20s/40s, low 30s/30s, plus critical and batch.
+//
+// While a handler runs, the runtime tells the broker it is alive
+// (InProgress) up to the processing limit, so the ack timeout measures
+// liveness, not work. What the handler returns decides the outcome, in one
+// place:
+//
+//	handler returns              broker                       sender hears
+//	nil                          Ack                          ACK envelope if requires_ack
+//	Busy(d) / any other error    NakWithDelay(d or backoff)   the error, after the last attempt
+//	panic                        recovered, NakWithDelay      the error, after the last attempt
+//	Reject(code, reason),        TermWithReason               error envelope (NACK if requires_ack)
+//	  non-retryable *Error
+//	(no handler for the action)  TermWithReason               CAPABILITY_MISSING
+//
+// After the last attempt the broker emits a MAX_DELIVERIES advisory; the ack
+// monitor escalates it to the sender's director. Messages that cannot be an
+// envelope for this agent (not JSON, missing fields, a sender_id other than
+// the subject's sender, another receiver, too large) are terminated with a
+// reason naming the problem and never reach a handler. Messages whose
+// ttl_ms has passed are acked unhandled. [Agent.Stats] counts every outcome.
+//
+// # Priorities
+//
+// Critical messages have a worker of their own and every worker prefers
+// critical, then high, normal, low and batch, so a critical message is
+// handled ahead of any backlog. Replies to a pending [Agent.Request] are
+// delivered without a worker, so handlers may make requests themselves.
+//
+// # Errors
+//
+// Sentinel errors ([ErrInvalidEnvelope], [ErrInvalidID], [ErrTimeout],
+// [ErrPublish], ...) are wrapped with context; match them with errors.Is.
+// An error another agent sent back is an [*Error] with a closed [ErrorCode]:
+// use errors.As, [CodeOf], [IsRemote] and [IsRetryable].
+package agentkit
