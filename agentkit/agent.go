@@ -1,9 +1,12 @@
 package agentkit
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -45,6 +49,16 @@ type Agent struct {
 	scanner  sync.WaitGroup // the keep-alive scanner
 	scanDone chan struct{}
 	closed   chan struct{}
+
+	lanes lanes // per-task ordering
+
+	instance  string       // this instance's registry key suffix
+	registry  *Registry    // set by Start when registration is on
+	inFlight  atomic.Int64 // handlers running, for load and BUSY
+	heartbeat sync.WaitGroup
+	hbDone    chan struct{}
+	breakers  breakers
+	objects   payloadStore // large envelopes
 
 	waitMu  sync.Mutex
 	waiters map[string]*waiter
@@ -88,6 +102,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		return nil, fmt.Errorf("agentkit: jetstream: %w", err)
 	}
 	return &Agent{
+		instance: nuid.Next(),
 		id:       id,
 		nc:       nc,
 		js:       js,
@@ -138,10 +153,24 @@ func (a *Agent) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	if a.opts.register {
+		reg, err := OpenRegistry(ctx, a.js, a.opts.scheme, a.opts.replicas, a.opts.provision)
+		if err != nil {
+			return err
+		}
+		a.registry = reg
+		if err := a.announce(ctx, StatusInitializing); err != nil {
+			reg.Close()
+			return err
+		}
+	}
 	iters := make([]jetstream.MessagesContext, 0, len(queueOrder))
 	stopAll := func() {
 		for _, it := range iters {
 			it.Stop()
+		}
+		if a.registry != nil {
+			a.registry.Close()
 		}
 	}
 	for _, p := range queueOrder {
@@ -171,6 +200,13 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.scanDone = make(chan struct{})
 	a.scanner.Go(func() { a.keepAlive(slots, a.keepAliveTick(), a.scanDone) })
+	if a.registry != nil {
+		if err := a.announce(ctx, StatusReady); err != nil {
+			a.asyncError(err)
+		}
+		a.hbDone = make(chan struct{})
+		a.heartbeat.Go(a.heartbeatLoop)
+	}
 	a.state = stateStarted
 	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics)
 	return nil
@@ -360,12 +396,29 @@ func (a *Agent) shutdown(begin func()) {
 		close(a.closed)
 		return
 	}
+	if a.registry != nil {
+		close(a.hbDone)
+		a.heartbeat.Wait()
+		a.announceBestEffort(StatusStopping)
+	}
 	begin()
 	a.readers.Wait()
 	a.workers.Wait()
 	close(a.scanDone)
 	a.scanner.Wait()
+	for _, d := range a.lanes.drop() { // queued behind a task that was cut short
+		a.brokerErr(d.msg.Nak(), d, "nak")
+	}
 	a.cancel()
+	if a.registry != nil {
+		a.announceBestEffort(StatusStopped)
+		ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+		if err := a.registry.remove(ctx, a.id, a.instance); err != nil {
+			a.asyncError(err)
+		}
+		cancel()
+		a.registry.Close()
+	}
 	a.state = stateStopped
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
 	a.failWaiters()
@@ -403,4 +456,67 @@ func (a *Agent) ConsumerInfo(ctx context.Context, p Priority) (*jetstream.Consum
 		return nil, fmt.Errorf("agentkit: consumer %s: %w", name, err)
 	}
 	return cons.Info(ctx)
+}
+
+// Registry returns the registry view the agent keeps while started (nil
+// before Start or with registration off).
+func (a *Agent) Registry() *Registry {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.registry
+}
+
+// capabilities returns the declared capabilities, or the default one.
+func (a *Agent) capabilities() []Capability {
+	if len(a.opts.capabilities) > 0 {
+		return a.opts.capabilities
+	}
+	name := cmp.Or(a.opts.agentType, a.id)
+	actions := slices.Sorted(maps.Keys(a.handlers))
+	return []Capability{{Name: name, Version: a.opts.version, Actions: actions}}
+}
+
+// announce writes this instance's registry record with status.
+func (a *Agent) announce(ctx context.Context, status AgentStatus) error {
+	inFlight := int(a.inFlight.Load())
+	slots := a.opts.concurrency + 1
+	if status == StatusReady && inFlight >= a.opts.concurrency {
+		status = StatusBusy
+	}
+	rec := instanceRecord{
+		ID: a.id, Instance: a.instance, Type: a.opts.agentType, Version: a.opts.version,
+		Capabilities: a.capabilities(), Director: a.opts.director, Status: status,
+		Load: float64(inFlight) / float64(slots), InFlight: inFlight, Concurrency: slots,
+		LastHeartbeat: time.Now().UTC(),
+	}
+	return a.registry.put(ctx, rec, 3*a.opts.heartbeat)
+}
+
+func (a *Agent) announceBestEffort(status AgentStatus) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+	defer cancel()
+	if err := a.announce(ctx, status); err != nil {
+		a.asyncError(err)
+	}
+}
+
+// heartbeatLoop renews the registry record every heartbeat interval (READY,
+// or BUSY when every worker is taken) and publishes a core NATS heartbeat
+// on mesh.hb.<agent> for anyone watching liveness without the registry.
+func (a *Agent) heartbeatLoop() {
+	t := time.NewTicker(a.opts.heartbeat)
+	defer t.Stop()
+	hb, _ := a.opts.scheme.Heartbeat(a.id) // id validated in New
+	for {
+		select {
+		case <-a.hbDone:
+			return
+		case <-t.C:
+			a.announceBestEffort(StatusReady)
+			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.inFlight.Load(), "at": time.Now().UTC()})
+			if err := a.nc.Publish(hb, b); err != nil {
+				a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))
+			}
+		}
+	}
 }

@@ -101,7 +101,7 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	nc := m.conn()
-	sender, err := agentkit.New(nc, "sender")
+	sender, err := agentkit.New(nc, "sender", agentkit.WithMaxEnvelopeBytes(1<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 		}, agentkit.ErrInvalidEnvelope, "ttl_ms"},
 		{"payload not JSON", func() error { _, err := sender.Send(ctx(t), "recv", "work", []byte("{oops")); return err }, agentkit.ErrInvalidEnvelope, ""},
 		{"payload not marshalable", func() error { _, err := sender.Send(ctx(t), "recv", "work", make(chan int)); return err }, agentkit.ErrInvalidEnvelope, ""},
-		{"oversize", func() error {
+		{"above the envelope limit", func() error {
 			_, err := sender.Send(ctx(t), "recv", "work", map[string]string{"blob": strings.Repeat("x", 2<<20)})
 			return err
 		}, agentkit.ErrPayloadTooLarge, ""},

@@ -82,7 +82,7 @@ func benchRaw(b *testing.B, pubConn, subConn *nats.Conn) {
 func sendBatches(b *testing.B, sender *agentkit.Agent, n int) {
 	batch := make([]*agentkit.Envelope, 0, 256)
 	for i := range n {
-		e, err := sender.NewRequest("receiver", "work", benchPayload)
+		e, err := sender.NewRequest(context.Background(), "receiver", "work", benchPayload)
 		if err != nil {
 			b.Fatal(err)
 		}

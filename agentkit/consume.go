@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,8 @@ type delivery struct {
 	delivery uint64
 	seq      uint64
 	policy   DeliveryPolicy
+	priority Priority
+	task     string // the Mesh-Task-Id header: messages of one task are handled in order
 	message  Message
 
 	// set while the handler runs; see keepAlive
@@ -46,9 +49,13 @@ func (a *Agent) read(p Priority, it jetstream.MessagesContext, out chan<- *deliv
 			a.asyncError(fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err))
 			continue
 		}
-		d := &delivery{msg: msg, policy: pol}
-		if msg.Headers().Get(HeaderInReplyTo) != "" && !a.receive(d) {
+		d := &delivery{msg: msg, policy: pol, priority: p}
+		h := msg.Headers()
+		if h.Get(HeaderInReplyTo) != "" && !a.receive(d) {
 			continue
+		}
+		if d.task = h.Get(HeaderTaskID); d.task != "" && !a.lanes.enter(d) {
+			continue // queued behind the running message of its task
 		}
 		select {
 		case out <- d:
@@ -70,6 +77,17 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 			return
 		}
 		a.handle(d, slot)
+		// The task's next message, in stream order, runs on this worker.
+		for d.task != "" {
+			if d = a.lanes.leave(d); d == nil {
+				break
+			}
+			if a.stopping.Load() {
+				a.brokerErr(d.msg.Nak(), d, "nak")
+				continue
+			}
+			a.handle(d, slot)
+		}
 	}
 }
 
@@ -124,8 +142,22 @@ func (a *Agent) receive(d *delivery) bool {
 		a.terminateInvalid(d, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", len(data), a.opts.maxEnvelope))
 		return false
 	}
-	env, err := Decode(data)
-	if err != nil {
+	var env *Envelope
+	var err error
+	if ref := msg.Headers().Get(HeaderEnvelopeRef); ref != "" {
+		var reason string
+		env, reason, err = a.claim(ref, msg)
+		if err != nil { // the store is unreachable: try again later
+			a.asyncError(fmt.Errorf("agentkit: fetch large envelope %s: %w", ref, err))
+			a.brokerErr(msg.NakWithDelay(d.policy.retryDelay(d.delivery)), d, "nak")
+			a.stats.add(OutcomeNak)
+			return false
+		}
+		if reason != "" {
+			a.terminateInvalid(d, reason)
+			return false
+		}
+	} else if env, err = Decode(data); err != nil {
 		a.terminateInvalid(d, err.Error())
 		return false
 	}
@@ -136,6 +168,10 @@ func (a *Agent) receive(d *delivery) bool {
 	}
 	if reason := a.checkRouting(env, sub); reason != "" {
 		a.terminateInvalid(d, reason)
+		return false
+	}
+	if d.task != "" && env.TaskID != d.task {
+		a.terminateInvalid(d, fmt.Sprintf("task_id %q does not match the %s header %q", env.TaskID, HeaderTaskID, d.task))
 		return false
 	}
 	d.env, d.subject = env, sub
@@ -152,8 +188,9 @@ func (a *Agent) receive(d *delivery) bool {
 		return false
 	}
 	if env.InReplyTo != "" && env.MessageType != TypeRequest && env.MessageType != TypeNotification {
-		if a.deliverReply(env) {
+		if w := a.takeWaiter(env); w != nil {
 			a.settleAck(d, OutcomeReply)
+			w.ch <- env // after counting, so the woken caller sees the count
 			return false
 		}
 		if a.handler(env.Action) == nil {
@@ -201,12 +238,14 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 		a.settle(d, Reject(CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
 		return
 	}
-	ctx, cancel := context.WithCancel(a.runCtx)
+	ctx, cancel := context.WithCancel(withHandling(a.runCtx, d.env))
 	d.start, d.cancel = time.Now(), cancel
 	d.lastProgress = d.start.Add(-d.policy.progressInterval() / 2) // first InProgress after half an interval
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
 	slot.Store(d)
+	a.inFlight.Add(1)
 	err := a.call(ctx, h, &d.message)
+	a.inFlight.Add(-1)
 	slot.Store(nil)
 	cancel()
 	if err != nil && ctx.Err() != nil && a.runCtx.Err() == nil && errors.Is(err, context.Canceled) {
@@ -242,6 +281,7 @@ func (a *Agent) keepAlive(slots []atomic.Pointer[delivery], tick time.Duration, 
 					d.lastProgress = now
 				}
 			}
+			a.lanes.keepAlive(now, func(d *delivery) { a.brokerErr(d.msg.InProgress(), d, "in progress") })
 		}
 	}
 }
@@ -265,6 +305,7 @@ func (a *Agent) call(ctx context.Context, h Handler, m *Message) (err error) {
 //	Busy / retryable / panic    NakWithDelay on the priority's backoff; on the last
 //	                            attempt the sender also gets the error
 //	Reject / non-retryable      TermWithReason; error (or NACK) envelope to the sender
+//	Reroute(capability)         forward to a READY agent with it, then Ack; none: as Reject
 func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 	kind, code, delay := classify(err)
 	env := d.env
@@ -278,6 +319,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			a.brokerErr(d.msg.Ack(), d, "ack")
 		}
 		a.stats.add(OutcomeAck)
+		a.release(d)
 		if env.RequiresAck && a.answers(d) {
 			a.reply(env.NewAck(a.id, nil, elapsed))
 		}
@@ -297,6 +339,16 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			e := NewError(code, "giving up after %d attempts: %v", d.delivery, err)
 			a.reply(a.failureReply(env, e, elapsed))
 		}
+	case outcomeReroute:
+		var rr *rerouteError
+		errors.As(err, &rr)
+		if rerr := a.reroute(d, rr.capability); rerr != nil {
+			// Nobody else can take it: the sender hears CAPABILITY_MISSING.
+			a.settle(d, Reject(CodeCapabilityMissing, rerr.Error()), elapsed)
+			return
+		}
+		a.brokerErr(d.msg.Ack(), d, "ack")
+		a.stats.add(OutcomeReroute)
 	case outcomeTerm:
 		e := &Error{Code: code, Message: err.Error(), Retryable: false}
 		var ae *Error
@@ -360,4 +412,81 @@ func (a *Agent) reply(env *Envelope) {
 	if err := a.sendReply(ctx, env); err != nil {
 		a.asyncError(err)
 	}
+}
+
+// lanes serialises the messages of each task: the reader, which sees a
+// consumer's messages in stream order, lets the first message of a task
+// through and queues later ones in the task's lane; the worker that
+// finishes a message takes the next one of its lane. Different tasks run
+// concurrently. A message that is retried (NAK) is redelivered later by
+// the broker, so order holds for first deliveries.
+type lanes struct {
+	mu sync.Mutex
+	m  map[laneKey][]*delivery // queued messages; present while a message of the task runs
+}
+
+type laneKey struct {
+	p    Priority
+	task string
+}
+
+// enter reports whether d may run now; if not, d is queued.
+func (l *lanes) enter(d *delivery) bool {
+	k := laneKey{d.priority, d.task}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[laneKey][]*delivery{}
+	}
+	q, busy := l.m[k]
+	if busy {
+		d.lastProgress = time.Now()
+		l.m[k] = append(q, d)
+		return false
+	}
+	l.m[k] = nil
+	return true
+}
+
+// leave is called when d's handling is over; it returns the task's next
+// message, or nil when the lane is empty (and closes it).
+func (l *lanes) leave(d *delivery) *delivery {
+	k := laneKey{d.priority, d.task}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.m[k]
+	if len(q) == 0 {
+		delete(l.m, k)
+		return nil
+	}
+	next := q[0]
+	q[0] = nil
+	l.m[k] = q[1:]
+	return next
+}
+
+// keepAlive sends InProgress (via progress) for queued messages due one.
+func (l *lanes) keepAlive(now time.Time, progress func(*delivery)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range l.m {
+		for _, d := range q {
+			if now.Sub(d.lastProgress) >= d.policy.progressInterval() {
+				progress(d)
+				d.lastProgress = now
+			}
+		}
+	}
+}
+
+// drop returns every queued message, emptying the lanes.
+func (l *lanes) drop() []*delivery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*delivery
+	for k, q := range l.m {
+		out = append(out, q...)
+		delete(l.m, k)
+	}
+	return out
 }

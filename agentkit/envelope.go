@@ -20,10 +20,11 @@ import (
 // Version is the envelope version agentkit writes in the "acl" field.
 const Version = "1"
 
-// DefaultMaxEnvelopeBytes is the largest encoded envelope accepted on
-// receipt unless [WithMaxEnvelopeBytes] says otherwise: 1 MiB, the server's
-// default max payload and seed 004's maximum message size.
-const DefaultMaxEnvelopeBytes = 1 << 20
+// DefaultMaxEnvelopeBytes is the largest encoded envelope sent or accepted
+// unless [WithMaxEnvelopeBytes] says otherwise: 16 MiB. Envelopes above the
+// server's max payload (1 MiB by default, seed 004's maximum message size)
+// travel through the object store; this limit bounds those too.
+const DefaultMaxEnvelopeBytes = 16 << 20
 
 // maxIDLen bounds message, correlation, workflow, task and session ids, in
 // characters (as JSON Schema's maxLength counts).
@@ -217,6 +218,10 @@ func (e *Envelope) reply(self string, t MessageType, action string) *Envelope {
 	r.ReceiverID = e.SenderID
 	r.ReceiverType = e.SenderType
 	r.InReplyTo = e.MessageID
+	if origin := e.Metadata[MetaOriginSender]; origin != "" {
+		// A forwarded message: answer whoever sent the original.
+		r.ReceiverID, r.ReceiverType, r.InReplyTo = origin, "", e.Metadata[MetaOriginMessageID]
+	}
 	r.Correlation = e.Correlation
 	if r.Correlation == "" {
 		r.Correlation = e.MessageID

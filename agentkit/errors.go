@@ -26,6 +26,12 @@ var (
 	ErrTimeout = errors.New("agentkit: timed out waiting for reply")
 	// ErrPayloadTooLarge: the encoded envelope exceeds the connection's max payload.
 	ErrPayloadTooLarge = errors.New("agentkit: envelope too large")
+	// ErrCircuitOpen: the circuit to the destination is open; nothing was sent
+	// (see [CircuitOpenError]).
+	ErrCircuitOpen = errors.New("agentkit: circuit open")
+	// ErrNoFallback: no other READY agent has the capability to take the
+	// message (see [NoFallbackError]).
+	ErrNoFallback = errors.New("agentkit: no fallback agent")
 )
 
 // ValidationError names the envelope field that failed validation.

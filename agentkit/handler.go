@@ -122,6 +122,10 @@ func classify(err error) (kind outcome, code ErrorCode, delay time.Duration) {
 	if err == nil {
 		return outcomeAck, "", 0
 	}
+	var rr *rerouteError
+	if errors.As(err, &rr) {
+		return outcomeReroute, "", 0
+	}
 	var re *retryError
 	if errors.As(err, &re) {
 		return outcomeRetry, re.code, re.delay

@@ -30,8 +30,14 @@ type options struct {
 	topics         []string
 	doubleAck      bool
 	publishTimeout time.Duration
-	attemptTimeout time.Duration
+	attemptTimeout time.Duration // derived from publishTimeout in New
 	requestTimeout time.Duration
+	register       bool
+	heartbeat      time.Duration
+	capabilities   []Capability
+	director       string
+	version        string
+	breaker        BreakerSettings
 }
 
 func defaultOptions() options {
@@ -44,8 +50,10 @@ func defaultOptions() options {
 		replicas:       1,
 		provision:      true,
 		publishTimeout: 10 * time.Second,
-		attemptTimeout: 2 * time.Second,
 		requestTimeout: 30 * time.Second,
+		register:       true,
+		heartbeat:      5 * time.Second,
+		breaker:        DefaultBreakerSettings(),
 	}
 }
 
@@ -212,4 +220,68 @@ func StreamConfig(scheme subjects.Scheme, replicas int) jetstream.StreamConfig {
 		Duplicates:  2 * time.Minute,
 		Replicas:    replicas,
 	}
+}
+
+// WithRegistration says whether Start registers the agent in the registry
+// and heartbeats (true, the default). Agents that only send may turn it off.
+func WithRegistration(on bool) Option {
+	return optionFunc(func(o *options) error { o.register = on; return nil })
+}
+
+// WithHeartbeat sets the heartbeat interval. The registry key lives for
+// three intervals, so an agent that stops heartbeating is UNAVAILABLE after
+// three missed beats. At least 334ms (the server's 1s minimum key TTL).
+// Default: 5s.
+func WithHeartbeat(interval time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if interval < registryTTLFloor/3+time.Millisecond {
+			return fmt.Errorf("%w: heartbeat %v below %v", ErrInvalidOption, interval, registryTTLFloor/3+time.Millisecond)
+		}
+		o.heartbeat = interval
+		return nil
+	})
+}
+
+// WithCapabilities declares what the agent can do, for discovery and
+// fallback routing. Default: one capability named after the agent type (or
+// id) listing every handled action.
+func WithCapabilities(caps ...Capability) Option {
+	return optionFunc(func(o *options) error {
+		for _, c := range caps {
+			if c.Name == "" {
+				return fmt.Errorf("%w: capability without a name", ErrInvalidOption)
+			}
+		}
+		o.capabilities = append(o.capabilities, caps...)
+		return nil
+	})
+}
+
+// WithDirector names the agent's director: the monitor escalates this
+// agent's undeliverable messages to it (seed 000).
+func WithDirector(id string) Option {
+	return optionFunc(func(o *options) error {
+		if err := subjects.ValidateToken("director id", id); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidID, err)
+		}
+		o.director = id
+		return nil
+	})
+}
+
+// WithVersion sets the version the agent registers. Default: empty.
+func WithVersion(v string) Option {
+	return optionFunc(func(o *options) error { o.version = v; return nil })
+}
+
+// WithBreaker sets the circuit breaker kept per destination agent.
+// Default: [DefaultBreakerSettings].
+func WithBreaker(s BreakerSettings) Option {
+	return optionFunc(func(o *options) error {
+		if s.FailureThreshold < 1 || s.OpenTimeout <= 0 || s.HalfOpenRequests < 1 || s.NackThreshold < 1 {
+			return fmt.Errorf("%w: breaker settings %+v", ErrInvalidOption, s)
+		}
+		o.breaker = s
+		return nil
+	})
 }

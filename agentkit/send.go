@@ -24,45 +24,62 @@ const (
 	HeaderCorrelation = "Mesh-Correlation-Id"
 	HeaderWorkflow    = "Mesh-Workflow-Id"
 	HeaderInReplyTo   = "Mesh-In-Reply-To"
+	// HeaderTaskID carries task_id; receivers handle the messages of one task
+	// in stream order by it (senders in other languages must set it too).
+	HeaderTaskID = "Mesh-Task-Id"
+	HeaderStatus = "Mesh-Status" // the envelope's status, on replies
 )
 
-// SendOption sets envelope fields of an outgoing message. Values are
-// checked when the envelope is validated, before anything is published.
-type SendOption func(*Envelope)
+// SendOption sets envelope fields of an outgoing message, or how it is
+// sent. Values are checked when the envelope is validated, before anything
+// is published.
+type SendOption func(*outgoing)
+
+// outgoing is a message being composed: the envelope and how to send it.
+type outgoing struct {
+	*Envelope
+	fallback string // capability to route by when the receiver's circuit is open
+}
+
+// WithFallback lets a send to an agent whose circuit is open go instead to
+// another READY agent with capability (least loaded first). The message
+// keeps its correlation, and its metadata records the handoff
+// ("handoff_from"). With no such agent the send fails with ErrNoFallback.
+func WithFallback(capability string) SendOption { return func(o *outgoing) { o.fallback = capability } }
 
 // WithPriority sets the priority. Default: [PriorityNormal] (replies:
 // the priority of the message answered).
-func WithPriority(p Priority) SendOption { return func(e *Envelope) { e.Priority = p } }
+func WithPriority(p Priority) SendOption { return func(e *outgoing) { e.Priority = p } }
 
 // WithTTL sets ttl_ms: receivers drop the message, unhandled, once ttl has
 // passed since its timestamp. Default: no expiry.
 func WithTTL(ttl time.Duration) SendOption {
-	return func(e *Envelope) { e.TTLMillis = ttl.Milliseconds() }
+	return func(e *outgoing) { e.TTLMillis = ttl.Milliseconds() }
 }
 
 // WithCorrelationID sets correlation_id. Default: the message's own id.
-func WithCorrelationID(id string) SendOption { return func(e *Envelope) { e.Correlation = id } }
+func WithCorrelationID(id string) SendOption { return func(e *outgoing) { e.Correlation = id } }
 
 // WithWorkflowID sets workflow_id.
-func WithWorkflowID(id string) SendOption { return func(e *Envelope) { e.WorkflowID = id } }
+func WithWorkflowID(id string) SendOption { return func(e *outgoing) { e.WorkflowID = id } }
 
 // WithTaskID sets task_id.
-func WithTaskID(id string) SendOption { return func(e *Envelope) { e.TaskID = id } }
+func WithTaskID(id string) SendOption { return func(e *outgoing) { e.TaskID = id } }
 
 // WithSessionID sets session_id.
-func WithSessionID(id string) SendOption { return func(e *Envelope) { e.SessionID = id } }
+func WithSessionID(id string) SendOption { return func(e *outgoing) { e.SessionID = id } }
 
 // WithReceiverType sets receiver_type.
-func WithReceiverType(t string) SendOption { return func(e *Envelope) { e.ReceiverType = t } }
+func WithReceiverType(t string) SendOption { return func(e *outgoing) { e.ReceiverType = t } }
 
 // WithMessageID sets message_id instead of a new UUID, e.g. to resend a
 // message idempotently: within the stream's duplicate window (2 minutes) a
 // second publish with the same id is stored and delivered only once.
-func WithMessageID(id string) SendOption { return func(e *Envelope) { e.MessageID = id } }
+func WithMessageID(id string) SendOption { return func(e *outgoing) { e.MessageID = id } }
 
 // WithMetadata sets one metadata entry.
 func WithMetadata(key, value string) SendOption {
-	return func(e *Envelope) {
+	return func(e *outgoing) {
 		if e.Metadata == nil {
 			e.Metadata = map[string]string{}
 		}
@@ -71,14 +88,17 @@ func WithMetadata(key, value string) SendOption {
 }
 
 // WithSessionContext sets the propagated session context (raw JSON).
-func WithSessionContext(ctx json.RawMessage) SendOption { return func(e *Envelope) { e.Context = ctx } }
+func WithSessionContext(ctx json.RawMessage) SendOption { return func(e *outgoing) { e.Context = ctx } }
 
 // WithMessageType sets the message type of a [Agent.Send] (default request); use
 // TypeNotification for messages that expect no answer.
-func WithMessageType(t MessageType) SendOption { return func(e *Envelope) { e.MessageType = t } }
+func WithMessageType(t MessageType) SendOption { return func(e *outgoing) { e.MessageType = t } }
 
-// compose builds an outgoing envelope from this agent.
-func (a *Agent) compose(t MessageType, action string, payload any, opts []SendOption) (*Envelope, error) {
+// compose builds an outgoing envelope from this agent. Inside a handler
+// (ctx derived from the handler's), the envelope inherits the handled
+// message's correlation, workflow, task and session ids and its context;
+// options override what is inherited.
+func (a *Agent) compose(ctx context.Context, t MessageType, action string, payload any, opts []SendOption) (*outgoing, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return nil, err
@@ -86,44 +106,70 @@ func (a *Agent) compose(t MessageType, action string, payload any, opts []SendOp
 	e := NewEnvelope(t, a.id, action)
 	e.SenderType = a.opts.agentType
 	e.Payload = raw
-	for _, o := range opts {
-		o(e)
+	if in := handling(ctx); in != nil {
+		e.Correlation, e.WorkflowID, e.TaskID, e.SessionID, e.Context = in.Correlation, in.WorkflowID, in.TaskID, in.SessionID, in.Context
+	}
+	o := &outgoing{Envelope: e}
+	for _, opt := range opts {
+		opt(o)
 	}
 	if e.Correlation == "" {
 		e.Correlation = e.MessageID
 	}
-	return e, nil
+	return o, nil
 }
+
+type handlingKey struct{}
+
+// withHandling marks ctx as belonging to the handling of env.
+func withHandling(ctx context.Context, env *Envelope) context.Context {
+	return context.WithValue(ctx, handlingKey{}, env)
+}
+
+// handling returns the envelope whose handler ctx belongs to, or nil.
+func handling(ctx context.Context) *Envelope {
+	e, _ := ctx.Value(handlingKey{}).(*Envelope)
+	return e
+}
+
+// HandledEnvelope returns the envelope being handled when ctx is (derived
+// from) a handler's context, else nil.
+func HandledEnvelope(ctx context.Context) *Envelope { return handling(ctx) }
 
 // Send sends a request (or, with [WithMessageType], another type) to
 // agent to and returns once the stream has stored it. It does not wait for
 // the receiver; see [Agent.Request] and [Agent.SendAndWait] for that.
 func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	e, err := a.compose(TypeRequest, action, payload, opts)
+	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	e.ReceiverID = to
-	return e, a.SendEnvelope(ctx, e)
+	o.ReceiverID = to
+	if a.BreakerState(to) == BreakerOpen {
+		if err := a.fallBack(ctx, o, &CircuitOpenError{Agent: to, State: BreakerOpen}); err != nil {
+			return nil, err
+		}
+	}
+	return o.Envelope, a.SendEnvelope(ctx, o.Envelope)
 }
 
 // Publish sends a notification on topic to every agent subscribed to it.
 func (a *Agent) Publish(ctx context.Context, topic, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	e, err := a.compose(TypeNotification, action, payload, opts)
+	o, err := a.compose(ctx, TypeNotification, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	e.Topic = topic
-	return e, a.SendEnvelope(ctx, e)
+	o.Topic = topic
+	return o.Envelope, a.SendEnvelope(ctx, o.Envelope)
 }
 
 // Broadcast sends a notification to every agent of the mesh (but this one).
 func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	e, err := a.compose(TypeNotification, action, payload, opts)
+	o, err := a.compose(ctx, TypeNotification, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	return e, a.SendEnvelope(ctx, e)
+	return o.Envelope, a.SendEnvelope(ctx, o.Envelope)
 }
 
 // SendEnvelope publishes a complete envelope, which must name this agent as
@@ -177,19 +223,28 @@ func (a *Agent) sendReply(ctx context.Context, e *Envelope) error {
 }
 
 // message encodes e as the NATS message to publish on subject.
-func (a *Agent) message(subject string, e *Envelope) (*nats.Msg, error) {
+// Envelopes larger than the server's max payload are offloaded to the
+// object store and replaced by a stub.
+func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (*nats.Msg, error) {
 	data, err := e.Encode()
 	if err != nil {
 		return nil, err
 	}
-	if max := a.nc.MaxPayload(); max > 0 && int64(len(data)) > max {
-		return nil, fmt.Errorf("%w: %d bytes, the server accepts %d", ErrPayloadTooLarge, len(data), max)
+	ref := ""
+	if max := a.nc.MaxPayload(); max > 0 && int64(len(data)) > max-headerRoom {
+		if data, err = a.offload(ctx, e, data); err != nil {
+			return nil, err
+		}
+		ref = e.MessageID
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
 		HeaderMsgID:  {e.MessageID},
 		HeaderType:   {string(e.MessageType)},
 		HeaderAction: {e.Action},
 	}}
+	if ref != "" {
+		msg.Header[HeaderEnvelopeRef] = []string{ref}
+	}
 	if e.Correlation != "" {
 		msg.Header[HeaderCorrelation] = []string{e.Correlation}
 	}
@@ -199,12 +254,18 @@ func (a *Agent) message(subject string, e *Envelope) (*nats.Msg, error) {
 	if e.InReplyTo != "" {
 		msg.Header[HeaderInReplyTo] = []string{e.InReplyTo}
 	}
+	if e.TaskID != "" {
+		msg.Header[HeaderTaskID] = []string{e.TaskID}
+	}
+	if e.Status != "" {
+		msg.Header[HeaderStatus] = []string{e.Status}
+	}
 	return msg, nil
 }
 
 // publish encodes e and stores it on subject, retrying retryable failures.
 func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) error {
-	msg, err := a.message(subject, e)
+	msg, err := a.message(ctx, subject, e)
 	if err != nil {
 		return err
 	}
@@ -236,14 +297,15 @@ func publishBackOff() backoff.BackOff {
 }
 
 // NewRequest returns a request envelope from this agent to agent to,
-// ready for [Agent.SendEnvelope] or [Agent.SendBatch].
-func (a *Agent) NewRequest(to, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	e, err := a.compose(TypeRequest, action, payload, opts)
+// ready for [Agent.SendEnvelope] or [Agent.SendBatch]. Inside a handler it
+// inherits the handled message's ids like [Agent.Send].
+func (a *Agent) NewRequest(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
+	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	e.ReceiverID = to
-	return e, nil
+	o.ReceiverID = to
+	return o.Envelope, nil
 }
 
 // BatchError reports which envelopes of a [Agent.SendBatch] were not stored.
@@ -292,7 +354,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) error {
 		}
 		subject, err := a.subjectFor(e)
 		if err == nil {
-			msgs[i], err = a.message(subject, e)
+			msgs[i], err = a.message(ctx, subject, e)
 		}
 		if err != nil {
 			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
@@ -412,20 +474,17 @@ func (a *Agent) removeWaiter(id string) {
 	a.waitMu.Unlock()
 }
 
-// deliverReply hands env to the waiter of the message it answers, if any.
-func (a *Agent) deliverReply(env *Envelope) bool {
+// takeWaiter removes and returns the waiter of the message env answers,
+// if there is one and it accepts env.
+func (a *Agent) takeWaiter(env *Envelope) *waiter {
 	a.waitMu.Lock()
+	defer a.waitMu.Unlock()
 	w, ok := a.waiters[env.InReplyTo]
-	if ok && w.accept(env) {
-		delete(a.waiters, env.InReplyTo)
-	} else {
-		ok = false
+	if !ok || !w.accept(env) {
+		return nil
 	}
-	a.waitMu.Unlock()
-	if ok {
-		w.ch <- env
-	}
-	return ok
+	delete(a.waiters, env.InReplyTo)
+	return w
 }
 
 // failWaiters wakes every waiter with nil once the agent stops.
@@ -481,21 +540,45 @@ func remoteError(r *Envelope) error {
 // arriving after that is acked, dropped and counted as [OutcomeLateReply].
 // The agent must be started.
 func (a *Agent) Request(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	e, err := a.compose(TypeRequest, action, payload, opts)
+	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	e.ReceiverID = to
-	r, err := a.await(ctx, e, func(r *Envelope) bool {
+	o.ReceiverID = to
+	return a.guarded(ctx, o, func(r *Envelope) bool {
 		return r.MessageType == TypeResponse || r.MessageType == TypeError || r.MessageType == TypeAck && r.Status == StatusNACK
+	}, func(r *Envelope) error {
+		if r.MessageType != TypeResponse {
+			return remoteError(r)
+		}
+		return nil
 	})
+}
+
+// guarded sends o through the circuit breaker of its receiver and waits
+// for the reply accept admits; judge turns the reply into the caller's
+// error, which is also what the breaker counts. An open circuit falls back
+// when o allows it; a half-open one lets the message through as a trial,
+// at low priority.
+func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope) bool, judge func(*Envelope) error) (*Envelope, error) {
+	done, trial, err := a.allow(o.ReceiverID)
 	if err != nil {
-		return nil, err
+		if err := a.fallBack(ctx, o, err); err != nil {
+			return nil, err
+		}
+		if done, trial, err = a.allow(o.ReceiverID); err != nil {
+			return nil, err
+		}
 	}
-	if r.MessageType != TypeResponse {
-		return r, remoteError(r)
+	if trial {
+		o.Priority = PriorityLow
 	}
-	return r, nil
+	r, err := a.await(ctx, o.Envelope, accept)
+	if err == nil {
+		err = judge(r)
+	}
+	done(err)
+	return r, err
 }
 
 // Ack is the receiver's acknowledgment of a message sent with
@@ -520,24 +603,26 @@ type Ack struct {
 // message is finally handled, so ctx should allow for the retries. The
 // agent must be started.
 func (a *Agent) SendAndWait(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Ack, error) {
-	e, err := a.compose(TypeRequest, action, payload, opts)
+	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	e.ReceiverID = to
-	e.RequiresAck = true
-	r, err := a.await(ctx, e, func(r *Envelope) bool { return r.MessageType == TypeAck || r.MessageType == TypeError })
-	if err != nil {
+	o.ReceiverID = to
+	o.RequiresAck = true
+	r, err := a.guarded(ctx, o, func(r *Envelope) bool { return r.MessageType == TypeAck || r.MessageType == TypeError },
+		func(r *Envelope) error {
+			if r.MessageType == TypeAck && r.Status == StatusACK {
+				return nil
+			}
+			return remoteError(r)
+		})
+	if r == nil {
 		return nil, err
 	}
-	ack := &Ack{MessageID: e.MessageID, OK: r.MessageType == TypeAck && r.Status == StatusACK, Envelope: r}
-	if ms, err := strconv.ParseInt(r.Metadata[metaProcessingTime], 10, 64); err == nil {
+	ack := &Ack{MessageID: o.MessageID, OK: err == nil, Envelope: r}
+	if ms, perr := strconv.ParseInt(r.Metadata[metaProcessingTime], 10, 64); perr == nil {
 		ack.ProcessingTime = time.Duration(ms) * time.Millisecond
 	}
-	if !ack.OK {
-		err := remoteError(r)
-		errors.As(err, &ack.Error)
-		return ack, err
-	}
-	return ack, nil
+	errors.As(err, &ack.Error)
+	return ack, err
 }

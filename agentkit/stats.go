@@ -17,11 +17,13 @@ const (
 	OutcomeOwn               Outcome = "own"                // the agent's own broadcast or topic message; acked
 	OutcomePanic             Outcome = "panic"              // a handler panicked (also counted as nak)
 	OutcomeCapabilityMissing Outcome = "capability_missing" // no handler for the action (also counted as term)
+	OutcomeReroute           Outcome = "reroute"            // forwarded to another agent by Reroute; acked
+	OutcomeFallback          Outcome = "fallback"           // a send redirected from an open circuit to a fallback agent
 )
 
 // Outcomes lists every outcome.
 var Outcomes = []Outcome{OutcomeAck, OutcomeNak, OutcomeTerm, OutcomeInvalid, OutcomeExpired,
-	OutcomeReply, OutcomeLateReply, OutcomeOwn, OutcomePanic, OutcomeCapabilityMissing}
+	OutcomeReply, OutcomeLateReply, OutcomeOwn, OutcomePanic, OutcomeCapabilityMissing, OutcomeReroute, OutcomeFallback}
 
 type outcome int
 
@@ -29,10 +31,11 @@ const (
 	outcomeAck outcome = iota
 	outcomeRetry
 	outcomeTerm
+	outcomeReroute
 )
 
 type counters struct {
-	n              [10]atomic.Uint64 // indexed like Outcomes
+	n              [12]atomic.Uint64 // indexed like Outcomes
 	publishRetries atomic.Uint64
 }
 

@@ -1,0 +1,174 @@
+package agentkit_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+// Messages of one task are handled one at a time in stream order while
+// other tasks interleave on the other workers.
+func TestOrdering_WithinTaskWhileTasksInterleave(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	const tasks, perTask = 4, 25
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	running := map[string]int{}
+	overlap := false
+	var order []string // task of each handled message, in handling order
+	recv := m.started("worker", map[string]agentkit.HandlerFunc{"step": func(ctx context.Context, msg *agentkit.Message) error {
+		var step struct{ N int }
+		if err := msg.DecodePayload(&step); err != nil {
+			return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+		}
+		mu.Lock()
+		running[msg.TaskID]++
+		if running[msg.TaskID] > 1 {
+			overlap = true
+		}
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // long enough for other tasks to interleave
+		mu.Lock()
+		running[msg.TaskID]--
+		seen[msg.TaskID] = append(seen[msg.TaskID], step.N)
+		order = append(order, msg.TaskID)
+		mu.Unlock()
+		return nil
+	}}, agentkit.WithConcurrency(4))
+	sender := m.agent("sender")
+	var batch []*agentkit.Envelope
+	for n := range perTask {
+		for task := range tasks {
+			e, err := sender.NewRequest(ctx(t), "worker", "step", map[string]int{"n": n}, agentkit.WithTaskID(fmt.Sprintf("task%d", task)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, e)
+		}
+	}
+	if err := sender.SendBatch(ctx(t), batch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "all steps", func() bool {
+		return recv.Stats().Outcomes[agentkit.OutcomeAck] == tasks*perTask
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if overlap {
+		t.Fatal("two messages of one task ran at the same time")
+	}
+	for task, steps := range seen {
+		for i, n := range steps {
+			if n != i {
+				t.Fatalf("%s handled steps %v, want 0..%d in order", task, steps, perTask-1)
+			}
+		}
+	}
+	switches := 0
+	for i := 1; i < len(order); i++ {
+		if order[i] != order[i-1] {
+			switches++
+		}
+	}
+	if switches < tasks {
+		t.Fatalf("tasks did not interleave: %d switches in %d messages", switches, len(order))
+	}
+}
+
+// Inside a handler, outgoing messages inherit correlation, workflow, task,
+// session and context without the handler copying fields.
+func TestContext_InheritedByOutgoingMessages(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	got := make(chan *agentkit.Envelope, 1)
+	m.started("validator", map[string]agentkit.HandlerFunc{"validate": func(_ context.Context, msg *agentkit.Message) error {
+		got <- msg.Envelope
+		return nil
+	}})
+	var executor *agentkit.Agent
+	executor = m.started("executor", map[string]agentkit.HandlerFunc{"execute": func(ctx context.Context, msg *agentkit.Message) error {
+		_, err := executor.Send(ctx, "validator", "validate", nil) // no ids passed
+		return err
+	}})
+	orch := m.agent("orch")
+	sessionCtx := json.RawMessage(`{"previous_decisions":["use JSONL"]}`)
+	if _, err := orch.Send(ctx(t), "executor", "execute", nil, agentkit.WithCorrelationID("corr_9"), agentkit.WithWorkflowID("wf_9"),
+		agentkit.WithTaskID("t9"), agentkit.WithSessionID("sess_9"), agentkit.WithSessionContext(sessionCtx)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		if e.Correlation != "corr_9" || e.WorkflowID != "wf_9" || e.TaskID != "t9" || e.SessionID != "sess_9" || string(e.Context) != string(sessionCtx) {
+			t.Fatalf("validator got %+v", e)
+		}
+		if e.SenderID != "executor" || e.InReplyTo != "" {
+			t.Fatalf("validator got sender %q in_reply_to %q", e.SenderID, e.InReplyTo)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("validator got nothing")
+	}
+}
+
+// The workflow of a correlation id is read back from the stream: every
+// message in order, the agents involved and how each request ended.
+func TestWorkflowStatus(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.started("planner", map[string]agentkit.HandlerFunc{"plan_workflow": func(ctx context.Context, msg *agentkit.Message) error {
+		return msg.Reply(ctx, "plan_complete", nil)
+	}})
+	m.started("executor", map[string]agentkit.HandlerFunc{"execute_operation": func(_ context.Context, msg *agentkit.Message) error {
+		if string(msg.Payload) == `"bad"` {
+			return agentkit.Reject(agentkit.CodeInvalid, "bad operation")
+		}
+		return nil
+	}})
+	orch := m.started("orch", nil)
+	corr := agentkit.WithCorrelationID("corr_wf")
+	if _, err := orch.Request(ctx(t), "planner", "plan_workflow", nil, corr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orch.SendAndWait(ctx(t), "executor", "execute_operation", "good", corr); err != nil {
+		t.Fatal(err)
+	}
+	wf, err := orch.WorkflowStatus(ctx(t), "corr_wf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orch.Request(ctx(t), "planner", "plan_workflow", nil); err != nil { // another conversation
+		t.Fatal(err)
+	}
+	type row struct{ typ, action, from, to, outcome string }
+	var got []row
+	for _, msg := range wf.Messages {
+		got = append(got, row{string(msg.Type), msg.Action, msg.Sender, msg.Receiver, msg.Outcome})
+	}
+	want := []row{
+		{"request", "plan_workflow", "orch", "planner", "answered"},
+		{"response", "plan_complete", "planner", "orch", ""},
+		{"request", "execute_operation", "orch", "executor", "acked"},
+		{"ack", "execute_operation", "executor", "orch", ""},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("messages:\n got %v\nwant %v", got, want)
+	}
+	if wf.Outcome != agentkit.WorkflowCompleted || fmt.Sprint(wf.Agents) != "[orch planner executor]" {
+		t.Fatalf("outcome %s, agents %v", wf.Outcome, wf.Agents)
+	}
+	if _, err := orch.SendAndWait(ctx(t), "executor", "execute_operation", "bad", corr); err == nil {
+		t.Fatal("want a NACK")
+	}
+	wf, err = orch.WorkflowStatus(ctx(t), "corr_wf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wf.Messages) != 6 || wf.Outcome != agentkit.WorkflowFailed || wf.Messages[4].Outcome != "failed" {
+		t.Fatalf("after a NACK: outcome %s, %+v", wf.Outcome, wf.Messages)
+	}
+}

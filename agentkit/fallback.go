@@ -1,0 +1,146 @@
+package agentkit
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+)
+
+// Metadata keys of forwarded messages. A message forwarded by Reroute or a
+// fallback keeps the original sender and message id here, so the agent
+// that finally handles it replies to the original sender, in reply to the
+// original message: a Request waiting there gets its answer.
+const (
+	MetaOriginSender    = "origin_sender"
+	MetaOriginMessageID = "origin_message_id"
+	MetaHandoffFrom     = "handoff_from"   // the agent the message was meant for, or that passed it on
+	MetaHandoffReason   = "handoff_reason" // why: "circuit open", "reroute"
+)
+
+// NoFallbackError says no READY agent with Capability could take a message.
+// It matches errors.Is(err, ErrNoFallback).
+type NoFallbackError struct {
+	Capability string
+	Cause      error // what made a fallback necessary, e.g. a *CircuitOpenError
+}
+
+func (e *NoFallbackError) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("agentkit: no READY agent with capability %q to fall back to (%v)", e.Capability, e.Cause)
+	}
+	return fmt.Sprintf("agentkit: no READY agent with capability %q to fall back to", e.Capability)
+}
+
+// Is reports whether target is [ErrNoFallback].
+func (e *NoFallbackError) Is(target error) bool { return target == ErrNoFallback }
+
+// Unwrap returns the cause.
+func (e *NoFallbackError) Unwrap() error { return e.Cause }
+
+// Reroute returns an error telling the runtime this agent cannot handle the
+// message but another agent with capability can: the message is forwarded
+// to the least loaded READY agent with it (keeping its correlation, and
+// replies going to the original sender) and acked here. With no such agent
+// it is rejected with CAPABILITY_MISSING. Seed 000: "capability missing:
+// route to different agent".
+func Reroute(capability string) error { return &rerouteError{capability: capability} }
+
+type rerouteError struct{ capability string }
+
+func (e *rerouteError) Error() string { return "agentkit: reroute to capability " + e.capability }
+
+// pickFallback returns the least loaded READY agent with capability, other
+// than the excluded ones and those whose circuit is open.
+func (a *Agent) pickFallback(ctx context.Context, capability string, exclude ...string) (string, error) {
+	reg := a.Registry()
+	if reg == nil {
+		return "", &NoFallbackError{Capability: capability, Cause: fmt.Errorf("%w: registration is off", ErrNotStarted)}
+	}
+	recs, err := reg.Find(ctx, Query{Capability: capability, Status: StatusReady})
+	if err != nil {
+		return "", err
+	}
+next:
+	for _, r := range recs {
+		for _, x := range exclude {
+			if r.ID == x {
+				continue next
+			}
+		}
+		if r.Degraded || a.BreakerState(r.ID) == BreakerOpen {
+			continue
+		}
+		return r.ID, nil
+	}
+	return "", &NoFallbackError{Capability: capability}
+}
+
+// fallBack redirects o, whose receiver cannot take it (cause), to a
+// fallback agent when o allows one; otherwise it returns cause.
+func (a *Agent) fallBack(ctx context.Context, o *outgoing, cause error) error {
+	if o.fallback == "" {
+		return cause
+	}
+	to, err := a.pickFallback(ctx, o.fallback, o.ReceiverID, a.id)
+	if err != nil {
+		if nf, ok := err.(*NoFallbackError); ok {
+			nf.Cause = cause
+		}
+		return err
+	}
+	a.opts.logger.Info("falling back", "agent", a.id, "from", o.ReceiverID, "to", to, "capability", o.fallback, "message_id", o.MessageID, "reason", cause)
+	o.Metadata = withHandoff(o.Metadata, o.ReceiverID, "circuit open")
+	o.ReceiverID, o.ReceiverType = to, ""
+	a.stats.add(OutcomeFallback)
+	return nil
+}
+
+func withHandoff(md map[string]string, from, reason string) map[string]string {
+	md = maps.Clone(md)
+	if md == nil {
+		md = map[string]string{}
+	}
+	md[MetaHandoffFrom], md[MetaHandoffReason] = from, reason
+	return md
+}
+
+// forward returns a copy of e passed on by self to agent to: a new message
+// id from self, the same conversation ids, timestamp and ttl, and the
+// original sender and message id kept for the reply.
+func (e *Envelope) forward(self, selfType, to, reason string) *Envelope {
+	f := *e
+	f.MessageID = NewMessageID()
+	f.SenderID, f.SenderType = self, selfType
+	f.ReceiverID, f.ReceiverType, f.Topic = to, "", ""
+	f.Metadata = withHandoff(e.Metadata, self, reason)
+	if f.Metadata[MetaOriginSender] == "" {
+		f.Metadata[MetaOriginSender], f.Metadata[MetaOriginMessageID] = e.SenderID, e.MessageID
+	}
+	return &f
+}
+
+// reroute forwards d's message to another agent with capability. It
+// returns nil once the forward is stored, or why it could not be.
+func (a *Agent) reroute(d *delivery, capability string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
+	defer cancel()
+	to, err := a.pickFallback(ctx, capability, a.id)
+	if err != nil {
+		return err
+	}
+	f := d.env.forward(a.id, a.opts.agentType, to, "reroute")
+	if err := a.sendReply(ctx, f); err != nil {
+		return err
+	}
+	a.opts.logger.Info("message rerouted", "agent", a.id, "to", to, "capability", capability, "message_id", d.env.MessageID, "forward_id", f.MessageID)
+	return nil
+}
+
+func (a *Agent) markDegraded(reg *Registry, agent, reason string, degraded bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := reg.MarkDegraded(ctx, agent, a.id, reason, degraded); err != nil {
+		a.asyncError(err)
+	}
+}

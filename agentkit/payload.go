@@ -1,0 +1,123 @@
+package agentkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// HeaderEnvelopeRef names the Object Store object holding the full
+// envelope of a message too large for the server's max payload (claim
+// check). The message itself carries a stub envelope with the same ids.
+const HeaderEnvelopeRef = "Mesh-Envelope-Ref"
+
+// headerRoom is left under the server's max payload for headers.
+const headerRoom = 4 << 10
+
+// payloadTTL bounds how long an offloaded envelope is kept when nobody
+// acks it: the MESH stream's retention.
+const payloadTTL = 7 * 24 * time.Hour
+
+// payloadStore opens the object store lazily, once.
+type payloadStore struct {
+	mu    sync.Mutex
+	store jetstream.ObjectStore
+}
+
+func (a *Agent) payloads(ctx context.Context) (jetstream.ObjectStore, error) {
+	a.objects.mu.Lock()
+	defer a.objects.mu.Unlock()
+	if a.objects.store != nil {
+		return a.objects.store, nil
+	}
+	bucket := a.opts.scheme.PayloadsBucket()
+	var s jetstream.ObjectStore
+	var err error
+	if a.opts.provision {
+		s, err = a.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: bucket, Description: "agentmesh envelopes above the server's max payload",
+			TTL: payloadTTL, Replicas: a.opts.replicas,
+		})
+	} else {
+		s, err = a.js.ObjectStore(ctx, bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: payload store %s: %w", bucket, err)
+	}
+	a.objects.store = s
+	return s, nil
+}
+
+// offload stores the encoded envelope data in the object store and returns
+// the stub envelope to publish in its place.
+func (a *Agent) offload(ctx context.Context, e *Envelope, data []byte) ([]byte, error) {
+	if len(data) > a.opts.maxEnvelope {
+		return nil, fmt.Errorf("%w: %d bytes, receivers accept %d", ErrPayloadTooLarge, len(data), a.opts.maxEnvelope)
+	}
+	store, err := a.payloads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := store.PutBytes(ctx, e.MessageID, data); err != nil {
+		return nil, fmt.Errorf("agentkit: store large envelope %s: %w", e.MessageID, err)
+	}
+	stub := *e
+	stub.Payload, stub.Context, stub.Metadata, stub.Error = nil, nil, nil, nil
+	return stub.Encode()
+}
+
+// claim replaces a stub envelope by the full one from the object store.
+// It returns a reason to terminate the message, or a retryable error.
+func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
+	defer cancel()
+	store, err := a.payloads(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	info, err := store.GetInfo(ctx, ref)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Sprintf("large envelope %q is no longer in the payload store", ref), nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if info.Size > uint64(a.opts.maxEnvelope) {
+		return nil, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", info.Size, a.opts.maxEnvelope), nil
+	}
+	data, err := store.GetBytes(ctx, ref) // the digest is verified by the store
+	if err != nil {
+		return nil, "", err
+	}
+	env, err := Decode(data)
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	if id := msg.Headers().Get(HeaderMsgID); env.MessageID != id {
+		return nil, fmt.Sprintf("large envelope %q has message_id %q, the message says %q", ref, env.MessageID, id), nil
+	}
+	return env, "", nil
+}
+
+// release deletes the offloaded envelope of a direct message once acked;
+// topic and broadcast copies are left to the bucket's TTL because other
+// subscribers may still need them.
+func (a *Agent) release(d *delivery) {
+	ref := d.msg.Headers().Get(HeaderEnvelopeRef)
+	if ref == "" || d.subject.Kind != "agent" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+	defer cancel()
+	store, err := a.payloads(ctx)
+	if err == nil {
+		err = store.Delete(ctx, ref)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		a.asyncError(fmt.Errorf("agentkit: release large envelope %s: %w", ref, err))
+	}
+}

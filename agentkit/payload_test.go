@@ -1,0 +1,71 @@
+package agentkit_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+// Envelopes above the server's max payload (1 MiB by default) travel
+// through the object store; handlers see the payload as if inline, and the
+// object is removed once the message is acked.
+func TestLargePayload_ClaimCheck(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	if max := m.conn().MaxPayload(); max != 1<<20 {
+		t.Fatalf("server max payload %d, want the 1 MiB default", max)
+	}
+	got := make(chan *agentkit.Message, 2)
+	m.started("analyst", map[string]agentkit.HandlerFunc{"analyze": func(ctx context.Context, msg *agentkit.Message) error {
+		got <- msg
+		return msg.Reply(ctx, "analyzed", map[string]int{"bytes": len(msg.Payload)})
+	}})
+	orch := m.started("orch", nil)
+	js, _ := jetstream.New(m.conn())
+	for _, size := range []int{1 << 20, 8 << 20} {
+		raw := make([]byte, size*3/4)
+		rand.Read(raw)
+		payload, _ := json.Marshal(map[string]string{"blob": base64.StdEncoding.EncodeToString(raw)})
+		reply, err := orch.Request(ctx(t), "analyst", "analyze", json.RawMessage(payload))
+		if err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		msg := <-got
+		if !bytes.Equal(msg.Payload, payload) {
+			t.Fatalf("%d bytes: handler saw %d payload bytes, not the %d sent", size, len(msg.Payload), len(payload))
+		}
+		var ans struct{ Bytes int }
+		if json.Unmarshal(reply.Payload, &ans); ans.Bytes != len(payload) {
+			t.Fatalf("reply %s", reply.Payload)
+		}
+		// Stored out of band: the stream holds only the stub.
+		stream, err := js.Stream(ctx(t), "MESH")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw1, err := stream.GetMsg(ctx(t), msg.StreamSeq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(raw1.Data) > 4096 || raw1.Header.Get(agentkit.HeaderEnvelopeRef) != msg.MessageID {
+			t.Fatalf("stream message is %d bytes with ref %q", len(raw1.Data), raw1.Header.Get(agentkit.HeaderEnvelopeRef))
+		}
+		obs, err := js.ObjectStore(ctx(t), "mesh_payloads")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "object removed after ack", func() bool {
+			_, err := obs.GetInfo(ctx(t), msg.MessageID)
+			return errors.Is(err, jetstream.ErrObjectNotFound)
+		})
+	}
+}

@@ -1,0 +1,387 @@
+package agentkit
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// AgentStatus is an agent's lifecycle state in the registry (seed 004 §3):
+// INITIALIZING → READY ⇄ BUSY → STOPPING → STOPPED, and UNAVAILABLE when
+// its heartbeats stop.
+type AgentStatus string
+
+// The lifecycle states.
+const (
+	StatusInitializing AgentStatus = "INITIALIZING"
+	StatusReady        AgentStatus = "READY"
+	StatusBusy         AgentStatus = "BUSY"
+	StatusStopping     AgentStatus = "STOPPING"
+	StatusStopped      AgentStatus = "STOPPED"
+	StatusUnavailable  AgentStatus = "UNAVAILABLE" // 3 heartbeats missed: the registry key expired
+)
+
+// Capability is something an agent can do: a name, a version and the
+// actions that implement it.
+type Capability struct {
+	Name    string   `json:"name"`
+	Version string   `json:"version,omitempty"`
+	Actions []string `json:"actions,omitempty"`
+}
+
+// AgentRecord is an agent as the registry sees it: its instances merged.
+type AgentRecord struct {
+	ID            string       `json:"id"`
+	Type          string       `json:"type,omitempty"`
+	Version       string       `json:"version,omitempty"`
+	Capabilities  []Capability `json:"capabilities,omitempty"`
+	Director      string       `json:"director,omitempty"`
+	Status        AgentStatus  `json:"status"`
+	Instances     int          `json:"instances"`      // instances alive (not stopped, not unavailable)
+	Load          float64      `json:"load"`           // mean handler occupancy of live instances, 0..1
+	LastHeartbeat time.Time    `json:"last_heartbeat"` // the latest of any instance
+	Degraded      bool         `json:"degraded"`       // senders saw repeated NACKs (seed 000)
+	DegradedBy    string       `json:"degraded_by,omitempty"`
+}
+
+// HasCapability reports whether the agent declares capability name.
+func (r AgentRecord) HasCapability(name string) bool {
+	return slices.ContainsFunc(r.Capabilities, func(c Capability) bool { return c.Name == name })
+}
+
+// instanceRecord is one instance's registry entry, renewed by its heartbeat.
+type instanceRecord struct {
+	ID            string       `json:"id"`
+	Instance      string       `json:"instance"`
+	Type          string       `json:"type,omitempty"`
+	Version       string       `json:"version,omitempty"`
+	Capabilities  []Capability `json:"capabilities,omitempty"`
+	Director      string       `json:"director,omitempty"`
+	Status        AgentStatus  `json:"status"`
+	Load          float64      `json:"load"`
+	InFlight      int          `json:"in_flight"`
+	Concurrency   int          `json:"concurrency"`
+	LastHeartbeat time.Time    `json:"last_heartbeat"`
+}
+
+// health is what senders report about an agent (key "health.<agent>").
+type health struct {
+	Degraded bool      `json:"degraded"`
+	By       string    `json:"by,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Query selects agents in [Registry.Find]; empty fields match anything.
+type Query struct {
+	Capability string
+	Status     AgentStatus
+	Type       string
+}
+
+// RegistryEvent is a change seen by [Registry.Watch].
+type RegistryEvent struct {
+	Agent AgentRecord
+}
+
+// Registry is a live view of the agents of a mesh, kept in KV bucket
+// "mesh_registry" and cached locally by a watch, so [Registry.Find] answers
+// without a round trip. Each agent instance owns the key
+// "agent.<id>.<instance>", written with a per-key TTL of three heartbeat
+// intervals: an instance that dies stops renewing it and the key expires
+// by itself, which the registry reports as UNAVAILABLE.
+type Registry struct {
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	bucket string
+
+	mu        sync.RWMutex
+	instances map[string]map[string]instanceRecord // agent → instance → record
+	gone      map[string]AgentStatus               // agent → STOPPED or UNAVAILABLE when no instance is left
+	health    map[string]health
+	watchers  []chan RegistryEvent
+	ready     chan struct{}
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// registryTTLFloor is the smallest per-key TTL the server accepts.
+const registryTTLFloor = time.Second
+
+// OpenRegistry binds to (creating it when create is true) the registry
+// bucket of scheme and starts watching it. It returns once the cache holds
+// the bucket's current contents. Close stops the watch.
+func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, create bool) (*Registry, error) {
+	bucket := scheme.RegistryBucket()
+	var kv jetstream.KeyValue
+	var err error
+	if create {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         bucket,
+			Description:    "agentmesh agent registry",
+			History:        1,
+			Replicas:       replicas,
+			LimitMarkerTTL: time.Minute,
+		})
+	} else {
+		kv, err = js.KeyValue(ctx, bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: registry bucket %s: %w", bucket, err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: watch registry: %w", err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	r := &Registry{kv: kv, js: js, bucket: bucket, instances: map[string]map[string]instanceRecord{},
+		gone: map[string]AgentStatus{}, health: map[string]health{}, ready: make(chan struct{}), cancel: cancel}
+	r.wg.Go(func() { r.watch(wctx, w) })
+	select {
+	case <-r.ready:
+		return r, nil
+	case <-ctx.Done():
+		r.Close()
+		return nil, fmt.Errorf("agentkit: registry initial load: %w", ctx.Err())
+	}
+}
+
+// Close stops the watch and ends every Watch channel.
+func (r *Registry) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
+	defer w.Stop()
+	defer func() {
+		r.mu.Lock()
+		for _, c := range r.watchers {
+			close(c)
+		}
+		r.watchers = nil
+		r.mu.Unlock()
+	}()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil { // initial values done
+				if initial {
+					close(r.ready)
+					initial = false
+				}
+				continue
+			}
+			if agent := r.apply(e); agent != "" && !initial {
+				r.notify(agent)
+			}
+		}
+	}
+}
+
+// apply updates the cache from one KV entry and returns the agent it concerns.
+func (r *Registry) apply(e jetstream.KeyValueEntry) string {
+	parts := strings.Split(e.Key(), ".")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case len(parts) == 3 && parts[0] == "agent":
+		agent, inst := parts[1], parts[2]
+		switch e.Operation() {
+		case jetstream.KeyValuePut:
+			var rec instanceRecord
+			if json.Unmarshal(e.Value(), &rec) != nil {
+				return ""
+			}
+			if r.instances[agent] == nil {
+				r.instances[agent] = map[string]instanceRecord{}
+			}
+			r.instances[agent][inst] = rec
+			delete(r.gone, agent)
+		default:
+			// Delete: the instance stopped and deregistered. Purge: its TTL
+			// ran out (the server's expiry marker) — it stopped heartbeating.
+			rec, ok := r.instances[agent][inst]
+			delete(r.instances[agent], inst)
+			status := StatusUnavailable
+			if e.Operation() == jetstream.KeyValueDelete || ok && rec.Status == StatusStopped {
+				status = StatusStopped
+			}
+			if len(r.instances[agent]) == 0 {
+				delete(r.instances, agent)
+				if ok || r.gone[agent] == "" {
+					r.gone[agent] = status
+				}
+			}
+		}
+		return agent
+	case len(parts) == 2 && parts[0] == "health":
+		var h health
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &h) == nil {
+			r.health[parts[1]] = h
+		} else {
+			delete(r.health, parts[1])
+		}
+		return parts[1]
+	}
+	return ""
+}
+
+func (r *Registry) notify(agent string) {
+	rec, ok := r.Get(agent)
+	if !ok {
+		return
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, c := range r.watchers {
+		select {
+		case c <- RegistryEvent{Agent: rec}:
+		default: // a slow watcher misses events rather than stalling the registry
+		}
+	}
+}
+
+// Get returns the merged record of agent id.
+func (r *Registry) Get(id string) (AgentRecord, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.record(id)
+}
+
+func (r *Registry) record(id string) (AgentRecord, bool) {
+	insts := r.instances[id]
+	h := r.health[id]
+	if len(insts) == 0 {
+		status, ok := r.gone[id]
+		if !ok {
+			return AgentRecord{}, false
+		}
+		return AgentRecord{ID: id, Status: status, Degraded: h.Degraded, DegradedBy: h.By}, true
+	}
+	rec := AgentRecord{ID: id, Degraded: h.Degraded, DegradedBy: h.By}
+	rank := map[AgentStatus]int{StatusReady: 5, StatusBusy: 4, StatusInitializing: 3, StatusStopping: 2, StatusStopped: 1}
+	best := -1
+	var load float64
+	for _, in := range insts {
+		rec.Type, rec.Version, rec.Capabilities, rec.Director = in.Type, in.Version, in.Capabilities, in.Director
+		if in.LastHeartbeat.After(rec.LastHeartbeat) {
+			rec.LastHeartbeat = in.LastHeartbeat
+		}
+		if rank[in.Status] > best {
+			best, rec.Status = rank[in.Status], in.Status
+		}
+		if in.Status != StatusStopped {
+			rec.Instances++
+			load += in.Load
+		}
+	}
+	if rec.Instances > 0 {
+		rec.Load = load / float64(rec.Instances)
+	}
+	return rec, true
+}
+
+// Find returns the agents matching q from the local cache, least loaded
+// first (then by id).
+func (r *Registry) Find(ctx context.Context, q Query) ([]AgentRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	ids := make([]string, 0, len(r.instances)+len(r.gone))
+	for id := range r.instances {
+		ids = append(ids, id)
+	}
+	for id := range r.gone {
+		ids = append(ids, id)
+	}
+	var out []AgentRecord
+	for _, id := range ids {
+		rec, _ := r.record(id)
+		if (q.Status == "" || rec.Status == q.Status) && (q.Type == "" || rec.Type == q.Type) &&
+			(q.Capability == "" || rec.HasCapability(q.Capability)) {
+			out = append(out, rec)
+		}
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b AgentRecord) int {
+		return cmp.Or(cmp.Compare(a.Load, b.Load), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// Watch returns a channel of changes until ctx ends or the registry
+// closes. A watcher that does not keep up misses events; [Registry.Find]
+// always has the current view.
+func (r *Registry) Watch(ctx context.Context) <-chan RegistryEvent {
+	c := make(chan RegistryEvent, 64)
+	r.mu.Lock()
+	r.watchers = append(r.watchers, c)
+	r.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if i := slices.Index(r.watchers, c); i >= 0 {
+			r.watchers = slices.Delete(r.watchers, i, i+1)
+			close(c)
+		}
+	})
+	return c
+}
+
+// MarkDegraded records that agent looks unhealthy to by (seed 000: three
+// consecutive NACKs), or clears the mark when degraded is false.
+func (r *Registry) MarkDegraded(ctx context.Context, agent, by, reason string, degraded bool) error {
+	key := "health." + agent
+	if !degraded {
+		if err := r.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("agentkit: clear degraded %s: %w", agent, err)
+		}
+		return nil
+	}
+	b, _ := json.Marshal(health{Degraded: true, By: by, Reason: reason, At: time.Now().UTC()})
+	if _, err := r.kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("agentkit: mark %s degraded: %w", agent, err)
+	}
+	return nil
+}
+
+// put writes an instance record with a TTL. KV Update drops per-key TTLs
+// (NATS.md §5), so the record is published to the key's subject with a
+// Nats-TTL header instead.
+func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duration) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	subject := "$KV." + r.bucket + ".agent." + rec.ID + "." + rec.Instance
+	if _, err := r.js.Publish(ctx, subject, b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
+		return fmt.Errorf("agentkit: register %s/%s: %w", rec.ID, rec.Instance, err)
+	}
+	return nil
+}
+
+func (r *Registry) remove(ctx context.Context, id, instance string) error {
+	if err := r.kv.Delete(ctx, "agent."+id+"."+instance); err != nil {
+		return fmt.Errorf("agentkit: deregister %s/%s: %w", id, instance, err)
+	}
+	return nil
+}

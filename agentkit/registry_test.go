@@ -1,0 +1,279 @@
+package agentkit_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+const testHeartbeat = 400 * time.Millisecond
+
+func findOne(t *testing.T, a *agentkit.Agent, id string) (agentkit.AgentRecord, bool) {
+	t.Helper()
+	rec, ok := a.Registry().Get(id)
+	return rec, ok
+}
+
+func TestRegistry_LifecycleAndDiscovery(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	noop := (&recorder{}).handle(nil)
+	planner := m.started("planner_1", map[string]agentkit.HandlerFunc{"plan_workflow": noop, "validate_request": noop},
+		agentkit.WithType("planner"), agentkit.WithVersion("1.2.0"), agentkit.WithDirector("director_1"), agentkit.WithHeartbeat(testHeartbeat))
+	m.started("executor_1", map[string]agentkit.HandlerFunc{"execute_operation": noop},
+		agentkit.WithType("executor"), agentkit.WithCapabilities(agentkit.Capability{Name: "database", Version: "2", Actions: []string{"execute_operation"}}),
+		agentkit.WithHeartbeat(testHeartbeat))
+	watcher := m.started("watcher", nil, agentkit.WithHeartbeat(testHeartbeat))
+	reg := watcher.Registry()
+	events := reg.Watch(ctx(t))
+
+	eventually(t, 5*time.Second, "planner READY", func() bool {
+		rec, ok := reg.Get("planner_1")
+		return ok && rec.Status == agentkit.StatusReady
+	})
+	rec, _ := reg.Get("planner_1")
+	if rec.Type != "planner" || rec.Version != "1.2.0" || rec.Director != "director_1" || rec.Instances != 1 ||
+		len(rec.Capabilities) != 1 || rec.Capabilities[0].Name != "planner" || len(rec.Capabilities[0].Actions) != 2 {
+		t.Fatalf("planner record = %+v", rec)
+	}
+	got, err := reg.Find(ctx(t), agentkit.Query{Capability: "database", Status: agentkit.StatusReady})
+	if err != nil || len(got) != 1 || got[0].ID != "executor_1" {
+		t.Fatalf("Find(database) = %+v, %v", got, err)
+	}
+	if got, _ := reg.Find(ctx(t), agentkit.Query{Type: "planner"}); len(got) != 1 || got[0].ID != "planner_1" {
+		t.Fatalf("Find(type planner) = %+v", got)
+	}
+
+	// A second instance of the planner.
+	m.started("planner_1", map[string]agentkit.HandlerFunc{"plan_workflow": noop, "validate_request": noop},
+		agentkit.WithType("planner"), agentkit.WithHeartbeat(testHeartbeat))
+	eventually(t, 5*time.Second, "two planner instances", func() bool {
+		rec, _ := reg.Get("planner_1")
+		return rec.Instances == 2
+	})
+
+	// A clean stop of the executor is STOPPED, seen by Watch too.
+	exec2 := m.agent("executor_2", agentkit.WithHeartbeat(testHeartbeat))
+	if err := exec2.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "executor_2 registered", func() bool { _, ok := reg.Get("executor_2"); return ok })
+	exec2.Stop()
+	eventually(t, 5*time.Second, "executor_2 STOPPED", func() bool {
+		rec, _ := reg.Get("executor_2")
+		return rec.Status == agentkit.StatusStopped
+	})
+	deadline := time.After(5 * time.Second)
+	for stopped := false; !stopped; {
+		select {
+		case ev := <-events:
+			stopped = ev.Agent.ID == "executor_2" && ev.Agent.Status == agentkit.StatusStopped
+		case <-deadline:
+			t.Fatal("Watch did not report executor_2 STOPPED")
+		}
+	}
+	_ = planner
+}
+
+// An agent that dies without stopping is UNAVAILABLE within 3 heartbeat
+// intervals plus slack: its registry key expires by itself.
+func TestRegistry_CrashedAgentBecomesUnavailable(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	watcher := m.started("watcher", nil, agentkit.WithHeartbeat(testHeartbeat))
+	nc := m.conn()
+	victim, err := agentkit.New(nc, "victim", agentkit.WithHeartbeat(testHeartbeat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	reg := watcher.Registry()
+	eventually(t, 5*time.Second, "victim READY", func() bool {
+		rec, ok := reg.Get("victim")
+		return ok && rec.Status == agentkit.StatusReady
+	})
+	// Survives several heartbeats while alive.
+	time.Sleep(3 * testHeartbeat)
+	if rec, _ := reg.Get("victim"); rec.Status != agentkit.StatusReady {
+		t.Fatalf("victim %s while heartbeating", rec.Status)
+	}
+	nc.Close() // crash: no Stop, no deregistration
+	crashed := time.Now()
+	// 3 intervals is the key TTL; the slack covers the server's expiry scan
+	// (about a second) and one heartbeat already in flight.
+	const slack = 2 * time.Second
+	eventually(t, 3*testHeartbeat+slack, "victim UNAVAILABLE", func() bool {
+		rec, _ := reg.Get("victim")
+		return rec.Status == agentkit.StatusUnavailable
+	})
+	t.Logf("UNAVAILABLE %v after the crash (3 heartbeats = %v)", time.Since(crashed).Round(10*time.Millisecond), 3*testHeartbeat)
+	if got, _ := reg.Find(ctx(t), agentkit.Query{Status: agentkit.StatusReady}); len(got) != 1 || got[0].ID != "watcher" {
+		t.Fatalf("READY agents = %+v", got)
+	}
+	victim.Stop()
+}
+
+func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	settings := agentkit.BreakerSettings{FailureThreshold: 5, OpenTimeout: 500 * time.Millisecond, HalfOpenRequests: 3, NackThreshold: 3}
+	orch := m.started("orch", nil, agentkit.WithBreaker(settings), agentkit.WithHeartbeat(testHeartbeat))
+	// The planner is down: requests time out.
+	for i := range 5 {
+		c, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+		_, err := orch.Request(c, "planner", "plan", nil)
+		cancel()
+		if !errors.Is(err, agentkit.ErrTimeout) {
+			t.Fatalf("request %d: %v, want timeout", i, err)
+		}
+	}
+	if s := orch.BreakerState("planner"); s != agentkit.BreakerOpen {
+		t.Fatalf("after 5 timeouts the circuit is %s", s)
+	}
+	start := time.Now()
+	_, err := orch.Request(ctx(t), "planner", "plan", nil)
+	var open *agentkit.CircuitOpenError
+	if !errors.As(err, &open) || !errors.Is(err, agentkit.ErrCircuitOpen) || open.Agent != "planner" {
+		t.Fatalf("open circuit: %v", err)
+	}
+	if _, err := orch.Send(ctx(t), "planner", "plan", nil); !errors.Is(err, agentkit.ErrCircuitOpen) {
+		t.Fatalf("Send through an open circuit: %v", err)
+	}
+	if waited := time.Since(start); waited > 50*time.Millisecond {
+		t.Fatalf("failing fast took %v", waited)
+	}
+	// The planner recovers; after the open timeout trial messages go
+	// through at low priority and close the circuit.
+	priorities := make(chan agentkit.Priority, 16)
+	m.started("planner", map[string]agentkit.HandlerFunc{"plan": func(ctx context.Context, msg *agentkit.Message) error {
+		priorities <- msg.Priority
+		return msg.Reply(ctx, "planned", nil)
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	eventually(t, 5*time.Second, "half-open", func() bool { return orch.BreakerState("planner") == agentkit.BreakerHalfOpen })
+	for range 3 {
+		if _, err := orch.Request(ctx(t), "planner", "plan", nil); err != nil {
+			t.Fatalf("trial request: %v", err)
+		}
+	}
+	if s := orch.BreakerState("planner"); s != agentkit.BreakerClosed {
+		t.Fatalf("after 3 successful trials the circuit is %s", s)
+	}
+	low := 0
+	for len(priorities) > 0 {
+		if <-priorities == agentkit.PriorityLow {
+			low++
+		}
+	}
+	if low < 3 {
+		t.Fatalf("%d trial messages at low priority, want 3", low)
+	}
+	if got := orch.Breakers()["planner"]; got != agentkit.BreakerClosed {
+		t.Fatalf("Breakers() = %v", orch.Breakers())
+	}
+}
+
+func TestBreaker_ThreeNacksMarkDegraded(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var reject atomic.Bool
+	reject.Store(true)
+	m.started("flaky", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		if reject.Load() {
+			return agentkit.Reject(agentkit.CodeInvalid, "no")
+		}
+		return msg.Reply(ctx, "done", nil)
+	}}, agentkit.WithConcurrency(1), agentkit.WithHeartbeat(testHeartbeat))
+	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
+	for range 3 {
+		if _, err := orch.Request(ctx(t), "flaky", "work", nil); !agentkit.IsRemote(err) {
+			t.Fatalf("want a NACK, got %v", err)
+		}
+	}
+	reg := orch.Registry()
+	eventually(t, 5*time.Second, "flaky degraded", func() bool {
+		rec, _ := reg.Get("flaky")
+		return rec.Degraded && rec.DegradedBy == "orch"
+	})
+	reject.Store(false)
+	if _, err := orch.Request(ctx(t), "flaky", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "flaky healthy again", func() bool {
+		rec, _ := reg.Get("flaky")
+		return !rec.Degraded
+	})
+}
+
+// A handler that cannot do the work reroutes it; the agent with the
+// capability completes it and the original requester gets the answer.
+func TestReroute_HandedOffTaskCompletes(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.started("generalist", map[string]agentkit.HandlerFunc{"translate": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reroute("translation")
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	m.started("translator", map[string]agentkit.HandlerFunc{"translate": func(ctx context.Context, msg *agentkit.Message) error {
+		if msg.Metadata[agentkit.MetaHandoffFrom] != "generalist" || msg.Metadata[agentkit.MetaOriginSender] != "orch" {
+			return agentkit.Reject(agentkit.CodeInvalid, "handoff not recorded")
+		}
+		return msg.Reply(ctx, "translated", map[string]string{"text": "bonjour"})
+	}}, agentkit.WithCapabilities(agentkit.Capability{Name: "translation", Actions: []string{"translate"}}), agentkit.WithHeartbeat(testHeartbeat))
+	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
+	eventually(t, 5*time.Second, "translator discoverable", func() bool {
+		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "translation", Status: agentkit.StatusReady})
+		return len(got) == 1
+	})
+	reply, err := orch.Request(ctx(t), "generalist", "translate", map[string]string{"text": "hello"}, agentkit.WithCorrelationID("corr_tr"), agentkit.WithTaskID("t_tr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.SenderID != "translator" || reply.Correlation != "corr_tr" || reply.TaskID != "t_tr" || string(reply.Payload) != `{"text":"bonjour"}` {
+		t.Fatalf("reply = %+v", reply)
+	}
+	// Nobody has the capability: the requester hears CAPABILITY_MISSING.
+	m.started("lonely", map[string]agentkit.HandlerFunc{"sing": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reroute("singing")
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	_, err = orch.Request(ctx(t), "lonely", "sing", nil)
+	if agentkit.CodeOf(err) != agentkit.CodeCapabilityMissing {
+		t.Fatalf("reroute with no candidate: %v", err)
+	}
+}
+
+// A send to an agent whose circuit is open falls back to another READY
+// agent with the capability when the caller allows it.
+func TestFallback_OpenCircuitRoutesToPeer(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	settings := agentkit.BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, HalfOpenRequests: 1, NackThreshold: 3}
+	orch := m.started("orch", nil, agentkit.WithBreaker(settings), agentkit.WithHeartbeat(testHeartbeat))
+	m.started("planner_2", map[string]agentkit.HandlerFunc{"plan": func(ctx context.Context, msg *agentkit.Message) error {
+		return msg.Reply(ctx, "planned", map[string]string{"by": "planner_2", "from": msg.Metadata[agentkit.MetaHandoffFrom]})
+	}}, agentkit.WithCapabilities(agentkit.Capability{Name: "planning"}), agentkit.WithHeartbeat(testHeartbeat))
+	c, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+	_, err := orch.Request(c, "planner_1", "plan", nil) // planner_1 is down
+	cancel()
+	if !errors.Is(err, agentkit.ErrTimeout) || orch.BreakerState("planner_1") != agentkit.BreakerOpen {
+		t.Fatalf("err %v, circuit %s", err, orch.BreakerState("planner_1"))
+	}
+	eventually(t, 5*time.Second, "planner_2 discoverable", func() bool {
+		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "planning"})
+		return len(got) == 1
+	})
+	reply, err := orch.Request(ctx(t), "planner_1", "plan", nil, agentkit.WithFallback("planning"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(reply.Payload) != `{"by":"planner_2","from":"planner_1"}` {
+		t.Fatalf("reply = %s", reply.Payload)
+	}
+	if _, err := orch.Request(ctx(t), "planner_1", "plan", nil, agentkit.WithFallback("juggling")); !errors.Is(err, agentkit.ErrNoFallback) || !errors.Is(err, agentkit.ErrCircuitOpen) {
+		t.Fatalf("no candidate: %v", err)
+	}
+}

@@ -1,0 +1,159 @@
+package agentkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// Workflow is the history of one conversation (seed 003's
+// get_workflow_status): every message with its correlation id, the agents
+// involved in order of appearance, and how each request ended.
+type Workflow struct {
+	CorrelationID string            `json:"correlation_id"`
+	Messages      []WorkflowMessage `json:"messages"`
+	Agents        []string          `json:"agents"`
+	Started       time.Time         `json:"started"`
+	Last          time.Time         `json:"last"`
+	// Outcome is "failed" when any request failed, "in_progress" while a
+	// request has no answer, else "completed".
+	Outcome string `json:"outcome"`
+}
+
+// WorkflowMessage is one message of a workflow, read from the stream's
+// headers and subject.
+type WorkflowMessage struct {
+	Seq       uint64      `json:"seq"`
+	Time      time.Time   `json:"time"`
+	MessageID string      `json:"message_id"`
+	Type      MessageType `json:"message_type"`
+	Action    string      `json:"action,omitempty"`
+	Priority  string      `json:"priority"`
+	Sender    string      `json:"sender"`
+	Receiver  string      `json:"receiver,omitempty"`
+	Topic     string      `json:"topic,omitempty"`
+	InReplyTo string      `json:"in_reply_to,omitempty"`
+	Status    string      `json:"status,omitempty"`
+	// Outcome, for requests and notifications: "answered", "acked",
+	// "failed" (an error or NACK came back) or "no_reply".
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// Workflow outcomes.
+const (
+	WorkflowCompleted  = "completed"
+	WorkflowInProgress = "in_progress"
+	WorkflowFailed     = "failed"
+)
+
+// WorkflowStatus reads the messages of correlationID back from the message
+// stream. It scans the stream's headers (not bodies) from since (zero: the
+// beginning), so its cost grows with the stream; it is a diagnostic, not a
+// hot path. An unknown correlation id returns a workflow with no messages.
+func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, correlationID string, since time.Time) (*Workflow, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: scheme.StreamSubjects(), HeadersOnly: true}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := js.OrderedConsumer(ctx, scheme.Stream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
+	}
+	w := &Workflow{CorrelationID: correlationID}
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				continue
+			}
+			pending = md.NumPending
+			h := msg.Headers()
+			if h.Get(HeaderCorrelation) != correlationID {
+				continue
+			}
+			sub, err := scheme.Parse(msg.Subject())
+			if err != nil {
+				continue
+			}
+			w.Messages = append(w.Messages, WorkflowMessage{
+				Seq: md.Sequence.Stream, Time: md.Timestamp, MessageID: h.Get(HeaderMsgID),
+				Type: MessageType(h.Get(HeaderType)), Action: h.Get(HeaderAction), Priority: sub.Priority,
+				Sender: sub.Sender, Receiver: sub.Receiver, Topic: sub.Topic,
+				InReplyTo: h.Get(HeaderInReplyTo), Status: h.Get(HeaderStatus),
+			})
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	w.summarize()
+	return w, nil
+}
+
+// WorkflowStatus reads correlationID's messages from the agent's stream;
+// see the package-level [WorkflowStatus].
+func (a *Agent) WorkflowStatus(ctx context.Context, correlationID string) (*Workflow, error) {
+	return WorkflowStatus(ctx, a.js, a.opts.scheme, correlationID, time.Time{})
+}
+
+// summarize fills agents, times and outcomes from the messages.
+func (w *Workflow) summarize() {
+	w.Outcome = WorkflowCompleted
+	if len(w.Messages) == 0 {
+		return
+	}
+	w.Started, w.Last = w.Messages[0].Time, w.Messages[len(w.Messages)-1].Time
+	replies := map[string][]WorkflowMessage{}
+	for _, m := range w.Messages {
+		for _, id := range []string{m.Sender, m.Receiver} {
+			if id != "" && !slices.Contains(w.Agents, id) {
+				w.Agents = append(w.Agents, id)
+			}
+		}
+		if m.InReplyTo != "" {
+			replies[m.InReplyTo] = append(replies[m.InReplyTo], m)
+		}
+	}
+	for i := range w.Messages {
+		m := &w.Messages[i]
+		if m.Type != TypeRequest && m.Type != TypeNotification {
+			continue
+		}
+		m.Outcome = "no_reply"
+		for _, r := range replies[m.MessageID] {
+			switch {
+			case r.Type == TypeError || r.Status == StatusNACK || r.Status == StatusFailed || r.Status == StatusRejected:
+				m.Outcome = "failed"
+			case r.Type == TypeAck && m.Outcome != "failed":
+				m.Outcome = "acked"
+			case r.Type == TypeResponse && m.Outcome != "failed":
+				m.Outcome = "answered"
+			}
+		}
+		switch {
+		case m.Outcome == "failed":
+			w.Outcome = WorkflowFailed
+		case m.Outcome == "no_reply" && m.Type == TypeRequest && w.Outcome != WorkflowFailed:
+			w.Outcome = WorkflowInProgress
+		}
+	}
+}
