@@ -16,6 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -60,6 +63,10 @@ type Agent struct {
 	breakers  breakers
 	objects   payloadStore // large envelopes
 
+	metrics    *metrics // nil without WithMetrics
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+
 	waitMu  sync.Mutex
 	waiters map[string]*waiter
 
@@ -101,7 +108,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: jetstream: %w", err)
 	}
-	return &Agent{
+	a := &Agent{
 		instance: nuid.Next(),
 		id:       id,
 		nc:       nc,
@@ -111,7 +118,23 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		topics:   slices.Clone(o.topics),
 		closed:   make(chan struct{}),
 		waiters:  map[string]*waiter{},
-	}, nil
+	}
+	if o.metrics != nil {
+		if a.metrics, err = newMetrics(o.metrics); err != nil {
+			return nil, err
+		}
+		a.metrics.bind(id, &a.stats)
+	}
+	tp := o.tracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	a.tracer = tp.Tracer(tracerName)
+	a.propagator = o.propagator
+	if a.propagator == nil {
+		a.propagator = otel.GetTextMapPropagator()
+	}
+	return a, nil
 }
 
 // ID returns the agent's id.
@@ -204,6 +227,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		if err := a.announce(ctx, StatusReady); err != nil {
 			a.asyncError(err)
 		}
+	}
+	if a.registry != nil || a.metrics != nil {
 		a.hbDone = make(chan struct{})
 		a.heartbeat.Go(a.heartbeatLoop)
 	}
@@ -396,9 +421,11 @@ func (a *Agent) shutdown(begin func()) {
 		close(a.closed)
 		return
 	}
-	if a.registry != nil {
+	if a.hbDone != nil {
 		close(a.hbDone)
 		a.heartbeat.Wait()
+	}
+	if a.registry != nil {
 		a.announceBestEffort(StatusStopping)
 	}
 	begin()
@@ -501,8 +528,9 @@ func (a *Agent) announceBestEffort(status AgentStatus) {
 }
 
 // heartbeatLoop renews the registry record every heartbeat interval (READY,
-// or BUSY when every worker is taken) and publishes a core NATS heartbeat
-// on mesh.hb.<agent> for anyone watching liveness without the registry.
+// or BUSY when every worker is taken), publishes a core NATS heartbeat on
+// mesh.hb.<agent> for anyone watching liveness without the registry, and
+// refreshes the queue-size gauge.
 func (a *Agent) heartbeatLoop() {
 	t := time.NewTicker(a.opts.heartbeat)
 	defer t.Stop()
@@ -512,6 +540,12 @@ func (a *Agent) heartbeatLoop() {
 		case <-a.hbDone:
 			return
 		case <-t.C:
+			if a.metrics != nil {
+				a.refreshQueueSize()
+			}
+			if a.registry == nil {
+				continue
+			}
 			a.announceBestEffort(StatusReady)
 			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.inFlight.Load(), "at": time.Now().UTC()})
 			if err := a.nc.Publish(hb, b); err != nil {
@@ -519,4 +553,21 @@ func (a *Agent) heartbeatLoop() {
 			}
 		}
 	}
+}
+
+// refreshQueueSize sets agent_queue_size from the consumers' pending and
+// unacknowledged counts.
+func (a *Agent) refreshQueueSize() {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+	defer cancel()
+	var n uint64
+	for _, p := range queueOrder {
+		info, err := a.ConsumerInfo(ctx, p)
+		if err != nil {
+			a.asyncError(err)
+			return
+		}
+		n += info.NumPending + uint64(info.NumAckPending)
+	}
+	a.metrics.queue.WithLabelValues(a.id).Set(float64(n))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
@@ -27,6 +28,7 @@ var benchPayload = []byte(`{"data":"` + strings.Repeat("x", 512-11) + `"}`)
 //	raw             nats.go: PublishAsync from one goroutine → Consume → Ack
 //	agentkit-batch  SendBatch of 256 from one goroutine → handler → Ack
 //	agentkit        Send from 64 goroutines (each waits for its stream ack) → handler → Ack
+//	agentkit-metrics  the same with Prometheus metrics on both agents
 //
 // Each reports msg/s, process CPU per message (server included, since it
 // runs in the process) and CPU utilisation. Compare the ratios within one
@@ -39,6 +41,10 @@ func BenchmarkThroughput(b *testing.B) {
 	})
 	b.Run("agentkit", func(b *testing.B) {
 		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently)
+	})
+	b.Run("agentkit-metrics", func(b *testing.B) {
+		reg := prometheus.NewRegistry()
+		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently, agentkit.WithMetrics(reg))
 	})
 }
 
@@ -113,12 +119,13 @@ func sendConcurrently(b *testing.B, sender *agentkit.Agent, n int) {
 	wg.Wait()
 }
 
-func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int)) {
+func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int), opts ...agentkit.Option) {
 	scheme, _ := subjects.New(fmt.Sprintf("bench%d_%d", b.N, time.Now().UnixNano()))
 	var got atomic.Int64
 	done := make(chan struct{})
 	n := int64(b.N)
-	recv, err := agentkit.New(subConn, "receiver", agentkit.WithScheme(scheme))
+	opts = append(opts, agentkit.WithScheme(scheme), agentkit.WithRegistration(false))
+	recv, err := agentkit.New(subConn, "receiver", opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +135,7 @@ func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing
 		}
 		return nil
 	})
-	sender, _ := agentkit.New(pubConn, "sender", agentkit.WithScheme(scheme))
+	sender, _ := agentkit.New(pubConn, "sender", opts...)
 	if err := recv.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}

@@ -68,7 +68,7 @@ type breaker struct {
 	cb *gobreaker.TwoStepCircuitBreaker
 }
 
-func (b *breakers) get(to string, s BreakerSettings) *breaker {
+func (b *breakers) get(to string, s BreakerSettings, onChange func(to string, st BreakerState)) *breaker {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
@@ -81,6 +81,11 @@ func (b *breakers) get(to string, s BreakerSettings) *breaker {
 			MaxRequests: s.HalfOpenRequests,
 			Timeout:     s.OpenTimeout,
 			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= s.FailureThreshold },
+			OnStateChange: func(to string, _, st gobreaker.State) {
+				if onChange != nil {
+					onChange(to, stateOf(st))
+				}
+			},
 		})}
 		b.m[to] = br
 	}
@@ -99,7 +104,7 @@ func stateOf(s gobreaker.State) BreakerState {
 
 // BreakerState returns the state of the circuit to agent to.
 func (a *Agent) BreakerState(to string) BreakerState {
-	return stateOf(a.breakers.get(to, a.opts.breaker).cb.State())
+	return stateOf(a.breakers.get(to, a.opts.breaker, a.breakerChanged).cb.State())
 }
 
 // Breakers returns the state of every circuit the agent has used.
@@ -116,7 +121,7 @@ func (a *Agent) Breakers() map[string]BreakerState {
 // allow asks the breaker of to for permission to send; half-open means the
 // message is a trial. done must be called with the outcome.
 func (a *Agent) allow(to string) (done func(error), trial bool, err error) {
-	br := a.breakers.get(to, a.opts.breaker)
+	br := a.breakers.get(to, a.opts.breaker, a.breakerChanged)
 	state := br.cb.State()
 	finish, err := br.cb.Allow()
 	if err != nil {
@@ -157,4 +162,9 @@ func (a *Agent) countNack(to string, err error) {
 	case !nack && before >= a.opts.breaker.NackThreshold:
 		a.markDegraded(reg, to, "", false)
 	}
+}
+
+func (a *Agent) breakerChanged(to string, s BreakerState) {
+	a.opts.logger.Info("circuit state changed", "agent", a.id, "to", to, "state", s)
+	a.observeBreaker(to, s)
 }

@@ -238,7 +238,8 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 		a.settle(d, Reject(CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
 		return
 	}
-	ctx, cancel := context.WithCancel(withHandling(a.runCtx, d.env))
+	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
+	ctx, cancel := context.WithCancel(ctx)
 	d.start, d.cancel = time.Now(), cancel
 	d.lastProgress = d.start.Add(-d.policy.progressInterval() / 2) // first InProgress after half an interval
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
@@ -252,6 +253,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.policy.ProcessingLimit)
 	}
 	a.settle(d, err, time.Since(d.start))
+	endSpan(span, err)
 }
 
 // keepAlive is the agent's one keep-alive goroutine. Every tick it sends
@@ -324,6 +326,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			a.reply(env.NewAck(a.id, nil, elapsed))
 		}
 	case outcomeRetry:
+		a.countError(string(code))
 		if a.stopping.Load() && errors.Is(err, context.Canceled) {
 			a.brokerErr(d.msg.Nak(), d, "nak")
 			a.stats.add(OutcomeNak)
@@ -350,6 +353,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		a.brokerErr(d.msg.Ack(), d, "ack")
 		a.stats.add(OutcomeReroute)
 	case outcomeTerm:
+		a.countError(string(code))
 		e := &Error{Code: code, Message: err.Error(), Retryable: false}
 		var ae *Error
 		if errors.As(err, &ae) {
@@ -391,6 +395,7 @@ func (a *Agent) terminateInvalid(d *delivery, reason string) {
 	a.opts.logger.Warn("invalid message terminated", "agent", a.id, "subject", d.msg.Subject(), "reason", reason)
 	a.brokerErr(d.msg.TermWithReason("INVALID: "+reason), d, "term")
 	a.stats.add(OutcomeInvalid)
+	a.countError("invalid")
 }
 
 func (a *Agent) settleAck(d *delivery, o Outcome) {

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -38,6 +41,9 @@ type options struct {
 	director       string
 	version        string
 	breaker        BreakerSettings
+	metrics        prometheus.Registerer
+	tracerProvider trace.TracerProvider
+	propagator     propagation.TextMapPropagator
 }
 
 func defaultOptions() options {
@@ -282,6 +288,46 @@ func WithBreaker(s BreakerSettings) Option {
 			return fmt.Errorf("%w: breaker settings %+v", ErrInvalidOption, s)
 		}
 		o.breaker = s
+		return nil
+	})
+}
+
+// WithMetrics registers the agent's Prometheus collectors on reg (seed 004
+// §7.2: agent_messages_total, agent_request_duration_seconds,
+// agent_errors_total, agent_queue_size; plus agent_outcomes_total and
+// agent_breaker_state). Agents may share a registerer. Default: no metrics.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return optionFunc(func(o *options) error {
+		if reg == nil {
+			return fmt.Errorf("%w: nil prometheus.Registerer", ErrInvalidOption)
+		}
+		o.metrics = reg
+		return nil
+	})
+}
+
+// WithTracerProvider sets where send, request and handle spans go.
+// Default: OpenTelemetry's global provider (a no-op until the application
+// installs one).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(o *options) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil TracerProvider", ErrInvalidOption)
+		}
+		o.tracerProvider = tp
+		return nil
+	})
+}
+
+// WithPropagator sets how trace context travels in NATS headers.
+// Default: OpenTelemetry's global propagator (set it to
+// propagation.TraceContext{} for W3C traceparent/tracestate).
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(o *options) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil TextMapPropagator", ErrInvalidOption)
+		}
+		o.propagator = p
 		return nil
 	})
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -264,11 +266,14 @@ func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (*nats
 }
 
 // publish encodes e and stores it on subject, retrying retryable failures.
-func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) error {
+func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err error) {
+	ctx, span := a.startSend(ctx, subject, e)
+	defer func() { endSpan(span, err) }()
 	msg, err := a.message(ctx, subject, e)
 	if err != nil {
 		return err
 	}
+	a.inject(ctx, msg.Header)
 	err = a.publishOnce(ctx, msg)
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
@@ -283,8 +288,10 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) error 
 		}, backoff.WithContext(publishBackOff(), ctx))
 	}
 	if err != nil {
+		a.countError("publish")
 		return fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
 	}
+	a.countSent(e)
 	return nil
 }
 
@@ -346,7 +353,10 @@ func (e *BatchError) Unwrap() []error {
 // publish timeout) ends is reported per envelope in a [*BatchError].
 // SendBatch is the bulk path: one goroutine can keep the stream busy
 // without waiting for each ack in turn.
-func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) error {
+func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
+	ctx, span := a.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.Int("messaging.batch.message_count", len(envs))))
+	defer func() { endSpan(span, err) }()
 	msgs := make([]*nats.Msg, len(envs))
 	for i, e := range envs {
 		if e.SenderID != a.id {
@@ -359,6 +369,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) error {
 		if err != nil {
 			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
 		}
+		a.inject(ctx, msgs[i].Header)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 	defer cancel()
@@ -404,8 +415,11 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) error {
 	for i, err := range errs {
 		if err != nil {
 			errs[i] = fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, envs[i].MessageType, envs[i].MessageID, msgs[i].Subject, err)
+			a.countError("publish")
 			failed = true
+			continue
 		}
+		a.countSent(envs[i])
 	}
 	if failed {
 		return &BatchError{Errs: errs}
@@ -560,22 +574,35 @@ func (a *Agent) Request(ctx context.Context, to, action string, payload any, opt
 // error, which is also what the breaker counts. An open circuit falls back
 // when o allows it; a half-open one lets the message through as a trial,
 // at low priority.
-func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope) bool, judge func(*Envelope) error) (*Envelope, error) {
+func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope) bool, judge func(*Envelope) error) (r *Envelope, err error) {
+	ctx, span := a.tracer.Start(ctx, "request "+o.Action, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("agentmesh.receiver", o.ReceiverID), attribute.String("agentmesh.action", o.Action)))
+	defer func() { endSpan(span, err) }()
 	done, trial, err := a.allow(o.ReceiverID)
 	if err != nil {
 		if err := a.fallBack(ctx, o, err); err != nil {
+			a.countError("circuit_open")
 			return nil, err
 		}
 		if done, trial, err = a.allow(o.ReceiverID); err != nil {
+			a.countError("circuit_open")
 			return nil, err
 		}
 	}
 	if trial {
 		o.Priority = PriorityLow
 	}
-	r, err := a.await(ctx, o.Envelope, accept)
+	start := time.Now()
+	r, err = a.await(ctx, o.Envelope, accept)
 	if err == nil {
 		err = judge(r)
+		a.observeRequest(o.ReceiverID, time.Since(start))
+	}
+	switch {
+	case errors.Is(err, ErrTimeout):
+		a.countError("timeout")
+	case IsRemote(err):
+		a.countError(string(CodeOf(err)))
 	}
 	done(err)
 	return r, err

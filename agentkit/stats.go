@@ -1,6 +1,10 @@
 package agentkit
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Outcome names what happened to a received message.
 type Outcome string
@@ -35,7 +39,8 @@ const (
 )
 
 type counters struct {
-	n              [12]atomic.Uint64 // indexed like Outcomes
+	n              [12]atomic.Uint64      // indexed like Outcomes
+	prom           [12]prometheus.Counter // the same, exported when metrics are on
 	publishRetries atomic.Uint64
 }
 
@@ -43,6 +48,9 @@ func (c *counters) add(o Outcome) {
 	for i, v := range Outcomes {
 		if v == o {
 			c.n[i].Add(1)
+			if c.prom[i] != nil {
+				c.prom[i].Inc()
+			}
 			return
 		}
 	}

@@ -1,0 +1,144 @@
+package agentkit_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+func TestMetrics_SeedCollectors(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	reg := prometheus.NewRegistry()
+	m.started("planner", map[string]agentkit.HandlerFunc{
+		"plan": func(ctx context.Context, msg *agentkit.Message) error { return msg.Reply(ctx, "planned", nil) },
+		"bad":  func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
+	}, agentkit.WithMetrics(reg), agentkit.WithHeartbeat(testHeartbeat))
+	orch := m.started("orch", nil, agentkit.WithMetrics(reg), agentkit.WithHeartbeat(testHeartbeat))
+	for range 3 {
+		if _, err := orch.Request(ctx(t), "planner", "plan", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := orch.Request(ctx(t), "planner", "bad", nil); !agentkit.IsRemote(err) {
+		t.Fatal(err)
+	}
+	if _, err := orch.Publish(ctx(t), "findings", "finding", nil); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(metric, labels string, want float64) {
+		t.Helper()
+		eventually(t, 5*time.Second, metric+" "+labels, func() bool {
+			mfs, err := reg.Gather()
+			if err != nil {
+				return false
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != metric {
+					continue
+				}
+				for _, mm := range mf.GetMetric() {
+					var ls []string
+					for _, lp := range mm.GetLabel() {
+						ls = append(ls, lp.GetName()+"="+lp.GetValue())
+					}
+					if strings.Join(ls, ",") != labels {
+						continue
+					}
+					var v float64
+					switch {
+					case mm.Counter != nil:
+						v = mm.Counter.GetValue()
+					case mm.Gauge != nil:
+						v = mm.Gauge.GetValue()
+					case mm.Histogram != nil:
+						v = float64(mm.Histogram.GetSampleCount())
+					}
+					return v == want
+				}
+			}
+			return false
+		})
+	}
+	expect("agent_messages_total", "dest=planner,source=orch,type=request", 4)
+	expect("agent_messages_total", "dest=orch,source=planner,type=response", 3)
+	expect("agent_messages_total", "dest=topic:findings,source=orch,type=notification", 1)
+	expect("agent_request_duration_seconds", "dest=planner,source=orch", 4)
+	expect("agent_errors_total", "error_type=INVALID,source=orch", 1)
+	expect("agent_errors_total", "error_type=INVALID,source=planner", 1)
+	expect("agent_outcomes_total", "agent_id=planner,outcome=ack", 3)
+	expect("agent_outcomes_total", "agent_id=planner,outcome=term", 1)
+	expect("agent_outcomes_total", "agent_id=orch,outcome=reply", 4)
+	expect("agent_queue_size", "agent_id=planner", 0)
+	// Label cardinality stays bounded: no message or correlation ids.
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			for _, lp := range mm.GetLabel() {
+				if len(lp.GetValue()) >= 32 {
+					t.Fatalf("%s has an id-like label %s=%s", mf.GetName(), lp.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+}
+
+// One request/response across three agents forms one trace: the
+// orchestrator asks the planner, whose handler asks the executor.
+func TestTracing_OneTraceAcrossThreeAgents(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	opts := []agentkit.Option{agentkit.WithTracerProvider(tp), agentkit.WithPropagator(propagation.TraceContext{}), agentkit.WithRegistration(false)}
+	m.started("executor", map[string]agentkit.HandlerFunc{"execute": func(ctx context.Context, msg *agentkit.Message) error {
+		if msg.Trace == nil || msg.Trace.TraceID == "" {
+			return agentkit.Reject(agentkit.CodeInvalid, "no trace ids in the envelope")
+		}
+		return msg.Reply(ctx, "executed", nil)
+	}}, opts...)
+	var planner *agentkit.Agent
+	planner = m.started("planner", map[string]agentkit.HandlerFunc{"plan": func(ctx context.Context, msg *agentkit.Message) error {
+		if _, err := planner.Request(ctx, "executor", "execute", nil); err != nil {
+			return err
+		}
+		return msg.Reply(ctx, "planned", nil)
+	}}, opts...)
+	orch := m.started("orch", nil, opts...)
+	root, span := tp.Tracer("test").Start(context.Background(), "workflow")
+	reply, err := orch.Request(root, "planner", "plan", nil)
+	span.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	traceID := span.SpanContext().TraceID()
+	if reply.Trace == nil || reply.Trace.TraceID != traceID.String() {
+		t.Fatalf("reply trace %+v, want trace %s", reply.Trace, traceID)
+	}
+	eventually(t, 5*time.Second, "spans exported", func() bool { return len(exp.GetSpans()) >= 9 })
+	byName := map[string]int{}
+	for _, s := range exp.GetSpans() {
+		if s.SpanContext.TraceID() != traceID {
+			t.Errorf("span %q in trace %s, not %s", s.Name, s.SpanContext.TraceID(), traceID)
+		}
+		byName[s.Name]++
+		if s.SpanKind == trace.SpanKindConsumer && len(s.Links) != 1 {
+			t.Errorf("handle span %q has %d links, want 1 (to the sending span)", s.Name, len(s.Links))
+		}
+	}
+	for _, name := range []string{"workflow", "request plan", "send plan", "handle plan", "request execute", "send execute", "handle execute", "send executed", "send planned"} {
+		if byName[name] != 1 {
+			t.Errorf("%d spans named %q; all: %v", byName[name], name, byName)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package agentkit
+
+import (
+	"context"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracerName is the instrumentation scope of agentkit's spans.
+const tracerName = "github.com/agentmesh-io/agentmesh/agentkit"
+
+// headerCarrier carries W3C trace context in NATS headers under lowercase
+// keys. nats.Header is case-sensitive, so wrapping it as an http.Header
+// would canonicalise "traceparent" to "Traceparent" and miss the lowercase
+// key other languages send (NATS.md §9).
+type headerCarrier nats.Header
+
+func (c headerCarrier) Get(key string) string { return nats.Header(c).Get(strings.ToLower(key)) }
+
+func (c headerCarrier) Set(key, value string) { nats.Header(c).Set(strings.ToLower(key), value) }
+
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+var _ propagation.TextMapCarrier = headerCarrier{}
+
+// startSend starts the producer span of publishing e on subject and
+// records its ids in the envelope's trace field (seed 004 §2.1), so readers
+// of the body alone see the same trace as the headers.
+func (a *Agent) startSend(ctx context.Context, subject string, e *Envelope) (context.Context, trace.Span) {
+	parent := trace.SpanContextFromContext(ctx)
+	ctx, span := a.tracer.Start(ctx, "send "+e.Action, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		attribute.String("messaging.system", "nats"),
+		attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.destination.name", subject),
+		attribute.String("messaging.message.id", e.MessageID),
+		attribute.String("messaging.message.conversation_id", e.Correlation),
+		attribute.String("agentmesh.action", e.Action),
+		attribute.String("agentmesh.message_type", string(e.MessageType)),
+	))
+	if sc := span.SpanContext(); sc.IsValid() {
+		e.Trace = &Trace{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String()}
+		if parent.IsValid() {
+			e.Trace.ParentSpan = parent.SpanID().String()
+		}
+	}
+	return ctx, span
+}
+
+// inject writes ctx's trace context into h.
+func (a *Agent) inject(ctx context.Context, h nats.Header) {
+	a.propagator.Inject(ctx, headerCarrier(h))
+}
+
+// startHandle starts the consumer span of handling d: a child of the
+// sending span carried in the headers (so a conversation across agents is
+// one trace), linked to it, and tagged with the delivery attempt.
+func (a *Agent) startHandle(ctx context.Context, d *delivery) (context.Context, trace.Span) {
+	remote := a.propagator.Extract(ctx, headerCarrier(d.msg.Headers()))
+	rsc := trace.SpanContextFromContext(remote)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		attribute.String("messaging.system", "nats"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.destination.name", d.msg.Subject()),
+		attribute.String("messaging.message.id", d.env.MessageID),
+		attribute.String("messaging.message.conversation_id", d.env.Correlation),
+		attribute.Int64("messaging.message.delivery_count", int64(d.delivery)),
+		attribute.String("agentmesh.action", d.env.Action),
+		attribute.String("agentmesh.sender", d.env.SenderID),
+	)}
+	if rsc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: rsc}))
+	}
+	return a.tracer.Start(remote, "handle "+d.env.Action, opts...)
+}
+
+// endSpan records err (if any) and ends span.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
