@@ -166,6 +166,16 @@ func (a *Agent) HandleFunc(action string, f func(ctx context.Context, m *Message
 // server: instances starting concurrently converge on the same consumers.
 // Start returns once consuming has begun; ctx bounds only the provisioning.
 func (a *Agent) Start(ctx context.Context) error {
+	if err := a.start(ctx); err != nil {
+		if denied := a.denied(""); denied != nil {
+			return fmt.Errorf("%w (%w)", err, denied)
+		}
+		return err
+	}
+	return nil
+}
+
+func (a *Agent) start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.state != stateNew {

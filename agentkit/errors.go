@@ -32,6 +32,10 @@ var (
 	// ErrNoFallback: no other READY agent has the capability to take the
 	// message (see [NoFallbackError]).
 	ErrNoFallback = errors.New("agentkit: no fallback agent")
+	// ErrPermissionDenied: the server refused this connection's credentials
+	// a subject (publishing as another agent, another agent's consumer, a
+	// JetStream API call). Not retried.
+	ErrPermissionDenied = errors.New("agentkit: permission denied")
 )
 
 // ValidationError names the envelope field that failed validation.
@@ -103,8 +107,12 @@ func CodeOf(err error) ErrorCode {
 }
 
 // IsRetryable reports whether trying again may succeed: a timeout, a
-// publish failure, or an [*Error] marked retryable.
+// publish failure, or an [*Error] marked retryable; never a permission
+// denial.
 func IsRetryable(err error) bool {
+	if errors.Is(err, ErrPermissionDenied) {
+		return false
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Retryable

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -433,17 +434,31 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 // subscription instead of a request each.
 func (a *Agent) publishOnce(ctx context.Context, msg *nats.Msg) error {
 	f, err := a.js.PublishMsgAsync(msg)
-	if err != nil {
-		return err
+	if err == nil {
+		select {
+		case <-f.Ok():
+			return nil
+		case err = <-f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
-	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	if denied := a.denied(msg.Subject); denied != nil {
+		return denied
 	}
+	return err
+}
+
+// denied returns ErrPermissionDenied when the server refused this
+// connection the subject. The server reports that only asynchronously
+// (nats.go keeps it as the connection's last error), so without this check
+// a denial looks like a timeout and would be retried in vain.
+func (a *Agent) denied(subject string) error {
+	last := a.nc.LastError()
+	if errors.Is(last, nats.ErrPermissionViolation) && (subject == "" || strings.Contains(last.Error(), `"`+subject+`"`)) {
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, last)
+	}
+	return nil
 }
 
 // retryablePublish reports whether a failed publish may succeed if repeated:
@@ -452,6 +467,8 @@ func (a *Agent) publishOnce(ctx context.Context, msg *nats.Msg) error {
 func retryablePublish(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
+	case errors.Is(err, ErrPermissionDenied):
+		return false
 	case errors.As(err, &apiErr):
 		return apiErr.Code == 503
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrMaxPayload),
