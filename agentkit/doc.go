@@ -66,6 +66,43 @@
 // handled ahead of any backlog. Replies to a pending [Agent.Request] are
 // delivered without a worker, so handlers may make requests themselves.
 //
+// # Registry, breakers and fallback
+//
+// A started agent registers itself in KV bucket mesh_registry (id, type,
+// version, capabilities, director, status, instances, load) and renews the
+// entry every heartbeat ([WithHeartbeat], default 5s) with a per-key TTL of
+// three heartbeats, so an agent that dies is UNAVAILABLE after three missed
+// beats without deregistering. [Agent.Registry] answers [Registry.Find]
+// from a watched local cache.
+//
+// Request and SendAndWait go through a circuit breaker per destination
+// ([WithBreaker]): five consecutive timeouts open it and sends fail fast
+// with [ErrCircuitOpen]; after 60s up to three trial messages go through at
+// low priority and close it again. Three consecutive NACKs from an agent
+// mark it degraded in the registry. A handler that returns [Reroute], or a
+// send with [WithFallback] to an open circuit, goes to the least loaded
+// READY agent with the capability instead; replies still reach the
+// original sender.
+//
+// # Ordering, context and large payloads
+//
+// Messages of one task (task_id, mirrored in the Mesh-Task-Id header) are
+// handled one at a time in stream order; different tasks run concurrently.
+// Inside a handler, messages sent with the handler's ctx inherit the
+// handled message's correlation, workflow, task and session ids and
+// context. Envelopes larger than the server's max payload travel through
+// Object Store mesh_payloads and reach handlers as if inline.
+// [WorkflowStatus] reads a conversation back from the stream.
+//
+// # Observability and security
+//
+// [WithMetrics] registers Prometheus collectors on a registerer you pass;
+// spans go to the OpenTelemetry provider of [WithTracerProvider] (default
+// the global one), with W3C trace context in NATS headers. Logs go to the
+// *slog.Logger of [WithLogger] (default: discarded) and never include
+// payloads. A publish the server's permissions refuse fails with
+// [ErrPermissionDenied] instead of timing out.
+//
 // # Errors
 //
 // Sentinel errors ([ErrInvalidEnvelope], [ErrInvalidID], [ErrTimeout],
