@@ -62,6 +62,7 @@ type Agent struct {
 	hbDone    chan struct{}
 	breakers  breakers
 	objects   payloadStore // large envelopes
+	shared    sharedState  // task state
 
 	metrics    *metrics // nil without WithMetrics
 	tracer     trace.Tracer

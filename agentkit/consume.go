@@ -322,6 +322,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		}
 		a.stats.add(OutcomeAck)
 		a.release(d)
+		a.trackTask(env)
 		if env.RequiresAck && a.answers(d) {
 			a.reply(env.NewAck(a.id, nil, elapsed))
 		}

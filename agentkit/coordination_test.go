@@ -172,3 +172,71 @@ func TestWorkflowStatus(t *testing.T) {
 		t.Fatalf("after a NACK: outcome %s, %+v", wf.Outcome, wf.Messages)
 	}
 }
+
+// The runtime keeps a task's state as task.* messages flow, and records a
+// reroute in the task's history.
+func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	noop := func(context.Context, *agentkit.Message) error { return nil }
+	orch := m.started("orch", map[string]agentkit.HandlerFunc{
+		agentkit.ActionTaskUpdate: noop, agentkit.ActionTaskComplete: noop,
+	}, agentkit.WithHeartbeat(testHeartbeat), agentkit.WithErrorHandler(func(err error) { t.Log("orch:", err) }))
+	var executor *agentkit.Agent
+	executor = m.started("executor", map[string]agentkit.HandlerFunc{agentkit.ActionTaskAssign: func(ctx context.Context, msg *agentkit.Message) error {
+		// The task id is inherited from the assignment.
+		if _, err := executor.Send(ctx, "orch", agentkit.ActionTaskUpdate, agentkit.TaskUpdate{TaskID: msg.TaskID, Status: agentkit.TaskInProgress, Progress: 0.5},
+			agentkit.WithMessageType(agentkit.TypeNotification)); err != nil {
+			return err
+		}
+		_, err := executor.Send(ctx, "orch", agentkit.ActionTaskComplete, agentkit.TaskComplete{TaskID: msg.TaskID, Result: json.RawMessage(`{"updated":1}`)},
+			agentkit.WithMessageType(agentkit.TypeNotification))
+		return err
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	m.started("router", map[string]agentkit.HandlerFunc{agentkit.ActionTaskAssign: func(context.Context, *agentkit.Message) error {
+		return agentkit.Reroute("database")
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	_ = executor
+	// executor declares the capability the router reroutes to.
+	exec2 := m.started("executor_db", map[string]agentkit.HandlerFunc{agentkit.ActionTaskAssign: noop},
+		agentkit.WithCapabilities(agentkit.Capability{Name: "database"}), agentkit.WithHeartbeat(testHeartbeat))
+	_ = exec2
+	if _, err := orch.Send(ctx(t), "executor", agentkit.ActionTaskAssign, agentkit.TaskAssignment{TaskID: "t1", TaskType: "db_update"}, agentkit.WithTaskID("t1")); err != nil {
+		t.Fatal(err)
+	}
+	state, err := orch.State(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var task *agentkit.TaskState
+	eventually(t, 5*time.Second, "task t1 completed", func() bool {
+		task, err = state.Task(ctx(t), "t1")
+		return err == nil && task.Status == agentkit.TaskCompleted
+	})
+	var events []string
+	for _, ev := range task.History {
+		events = append(events, ev.EventType)
+	}
+	if task.AssignedAgent != "executor" || string(task.Result) != `{"updated":1}` || fmt.Sprint(events) != "[assign update complete]" {
+		t.Fatalf("task = %+v, events %v", task, events)
+	}
+	eventually(t, 5*time.Second, "discovery of executor_db", func() bool {
+		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "database", Status: agentkit.StatusReady})
+		return len(got) == 1
+	})
+	if _, err := orch.Send(ctx(t), "router", agentkit.ActionTaskAssign, agentkit.TaskAssignment{TaskID: "t2", TaskType: "db_update"}, agentkit.WithTaskID("t2")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "t2 handed off and assigned", func() bool {
+		task, err = state.Task(ctx(t), "t2")
+		if err != nil || task.AssignedAgent != "executor_db" {
+			return false
+		}
+		for _, ev := range task.History {
+			if ev.EventType == "handoff" && ev.Details["from"] == "router" && ev.Details["to"] == "executor_db" {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -91,6 +91,7 @@ func (a *Agent) fallBack(ctx context.Context, o *outgoing, cause error) error {
 	}
 	a.opts.logger.Info("falling back", "agent", a.id, "from", o.ReceiverID, "to", to, "capability", o.fallback, "message_id", o.MessageID, "reason", cause)
 	o.Metadata = withHandoff(o.Metadata, o.ReceiverID, "circuit open")
+	a.recordHandoff(o.Envelope, o.ReceiverID, to, "circuit open")
 	o.ReceiverID, o.ReceiverType = to, ""
 	a.stats.add(OutcomeFallback)
 	return nil
@@ -134,6 +135,7 @@ func (a *Agent) reroute(d *delivery, capability string) error {
 		return err
 	}
 	a.opts.logger.Info("message rerouted", "agent", a.id, "to", to, "capability", capability, "message_id", d.env.MessageID, "forward_id", f.MessageID)
+	a.recordHandoff(d.env, a.id, to, "reroute")
 	return nil
 }
 

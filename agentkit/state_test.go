@@ -1,0 +1,497 @@
+package agentkit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// sharedState opens the shared state of m's server on a new connection.
+func (m *mesh) sharedState() *agentkit.State {
+	m.t.Helper()
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	s, err := agentkit.NewState(ctx(m.t), js, subjects.Default, 1)
+	if err != nil {
+		m.t.Fatalf("NewState: %v", err)
+	}
+	return s
+}
+
+type stateCounter struct {
+	N int `json:"n"`
+}
+
+func TestState_CreateGetDelete(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	s := m.sharedState()
+	c := ctx(t)
+
+	if _, err := s.Get(c, agentkit.EntityAgent, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+		t.Fatalf("Get of missing entry: %v, want ErrNotFound", err)
+	}
+	rev, err := s.Create(c, agentkit.EntityAgent, "a1", map[string]string{"state": "IDLE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(c, agentkit.EntityAgent, "a1", map[string]string{"state": "BUSY"}); !errors.Is(err, agentkit.ErrExists) {
+		t.Fatalf("second Create: %v, want ErrExists", err)
+	}
+	e, err := s.Get(c, agentkit.EntityAgent, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Kind != agentkit.EntityAgent || e.ID != "a1" || e.Revision != rev || string(e.Value) != `{"state":"IDLE"}` || e.Updated.IsZero() {
+		t.Fatalf("Get = %+v (value %s), want revision %d and the created value", e, e.Value, rev)
+	}
+	// The same id under another kind is another entry.
+	if _, err := s.Get(c, agentkit.EntityTask, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+		t.Fatalf("Get of other kind: %v, want ErrNotFound", err)
+	}
+
+	if err := s.Delete(c, agentkit.EntityAgent, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(c, agentkit.EntityAgent, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(c, agentkit.EntityAgent, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+		t.Fatalf("second Delete: %v, want ErrNotFound", err)
+	}
+	// A deleted entry can be created again.
+	if _, err := s.Create(c, agentkit.EntityAgent, "a1", map[string]string{"state": "BUSY"}); err != nil {
+		t.Fatalf("Create after Delete: %v", err)
+	}
+
+	// The key layout is part of the contract: <kind>.<id> in mesh_state.
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(c, "mesh_state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(c, "agent.a1"); err != nil {
+		t.Fatalf("key agent.a1: %v", err)
+	}
+	st, err := kv.Status(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.History() != 16 {
+		t.Errorf("bucket history = %d, want 16", st.History())
+	}
+
+	// A second NewState binds to the existing bucket.
+	if s2 := m.sharedState(); s2 == nil {
+		t.Fatal("nil State")
+	}
+}
+
+func TestState_InvalidArguments(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	s := m.sharedState()
+	c := ctx(t)
+	for _, tt := range []struct {
+		name    string
+		kind    agentkit.EntityKind
+		id      string
+		wantErr error
+	}{
+		{name: "dot", kind: agentkit.EntityTask, id: "a.b", wantErr: agentkit.ErrInvalidID},
+		{name: "wildcard", kind: agentkit.EntityTask, id: "*", wantErr: agentkit.ErrInvalidID},
+		{name: "empty", kind: agentkit.EntityTask, id: "", wantErr: agentkit.ErrInvalidID},
+		{name: "space", kind: agentkit.EntityTask, id: "a b", wantErr: agentkit.ErrInvalidID},
+		{name: "too long", kind: agentkit.EntityTask, id: strings.Repeat("a", 65), wantErr: agentkit.ErrInvalidID},
+		{name: "unknown kind", kind: "JOB", id: "t1", wantErr: agentkit.ErrInvalidOption},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := s.Get(c, tt.kind, tt.id); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Get: %v, want %v", err, tt.wantErr)
+			}
+			if _, err := s.Create(c, tt.kind, tt.id, 1); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Create: %v, want %v", err, tt.wantErr)
+			}
+			if _, err := s.Update(c, tt.kind, tt.id, func(json.RawMessage) (any, error) { return 1, nil }); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Update: %v, want %v", err, tt.wantErr)
+			}
+			if err := s.Delete(c, tt.kind, tt.id); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Delete: %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := s.Task(c, "t.1"); !errors.Is(err, agentkit.ErrInvalidID) {
+		t.Errorf("Task: %v, want ErrInvalidID", err)
+	}
+	if _, err := s.UpdateTask(c, "t>", func(*agentkit.TaskState) error { return nil }); !errors.Is(err, agentkit.ErrInvalidID) {
+		t.Errorf("UpdateTask: %v, want ErrInvalidID", err)
+	}
+	if _, err := s.Watch(c, "JOB"); !errors.Is(err, agentkit.ErrInvalidOption) {
+		t.Errorf("Watch: %v, want ErrInvalidOption", err)
+	}
+	if _, err := agentkit.NewState(c, nil, subjects.Default, 1); !errors.Is(err, agentkit.ErrInvalidOption) {
+		t.Errorf("NewState(nil js): %v, want ErrInvalidOption", err)
+	}
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentkit.NewState(c, js, subjects.Default, -1); !errors.Is(err, agentkit.ErrInvalidOption) {
+		t.Errorf("NewState(replicas -1): %v, want ErrInvalidOption", err)
+	}
+}
+
+// incrementCounter adds one to the counter of kind/id through Update.
+func incrementCounter(c context.Context, s *agentkit.State, id string) error {
+	_, err := s.Update(c, agentkit.EntityResource, id, func(old json.RawMessage) (any, error) {
+		var v stateCounter
+		if old != nil {
+			if err := json.Unmarshal(old, &v); err != nil {
+				return nil, err
+			}
+		}
+		v.N++
+		return v, nil
+	})
+	return err
+}
+
+func TestState_UpdateRacingWritersLoseNothing(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	c := ctx(t)
+	shared := m.sharedState()
+	for _, tt := range []struct {
+		name    string
+		id      string
+		writers []*agentkit.State
+	}{
+		// Two goroutines on one State, then two States on two connections.
+		{name: "one State", id: "c1", writers: []*agentkit.State{shared, shared}},
+		{name: "two connections", id: "c2", writers: []*agentkit.State{m.sharedState(), m.sharedState()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			id := tt.id
+			const perWriter = 50
+			var wg sync.WaitGroup
+			errs := make(chan error, len(tt.writers)*perWriter)
+			start := make(chan struct{})
+			for _, s := range tt.writers {
+				wg.Go(func() {
+					<-start
+					for range perWriter {
+						errs <- incrementCounter(c, s, id)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("Update: %v", err)
+				}
+			}
+			e, err := shared.Get(c, agentkit.EntityResource, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v stateCounter
+			if err := e.Decode(&v); err != nil {
+				t.Fatal(err)
+			}
+			if want := len(tt.writers) * perWriter; v.N != want {
+				t.Fatalf("counter = %d after %d increments: updates were lost", v.N, want)
+			}
+		})
+	}
+}
+
+func TestState_UpdateFnErrorAborts(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	s := m.sharedState()
+	c := ctx(t)
+	boom := errors.New("boom")
+	_, err := s.Update(c, agentkit.EntityPolicy, "p1", func(old json.RawMessage) (any, error) {
+		if old != nil {
+			t.Errorf("old = %s, want nil for a missing entry", old)
+		}
+		return nil, boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Update: %v, want the fn's error", err)
+	}
+	if _, err := s.Get(c, agentkit.EntityPolicy, "p1"); !errors.Is(err, agentkit.ErrNotFound) {
+		t.Fatalf("Get after aborted Update: %v, want ErrNotFound", err)
+	}
+
+	policy := agentkit.PolicyState{Version: "1", EnabledChains: []string{"review"}, BudgetLimits: agentkit.PolicyBudgetLimits{Total: 10}}
+	e, err := s.Update(c, agentkit.EntityPolicy, "p1", func(json.RawMessage) (any, error) { return policy, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(c, agentkit.EntityPolicy, "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Revision != e.Revision || string(got.Value) != string(e.Value) {
+		t.Fatalf("Get = rev %d %s, Update returned rev %d %s", got.Revision, got.Value, e.Revision, e.Value)
+	}
+}
+
+// nextChange receives one change or fails after 10s.
+func nextChange(t *testing.T, ch <-chan agentkit.StateChange) agentkit.StateChange {
+	t.Helper()
+	select {
+	case c, ok := <-ch:
+		if !ok {
+			t.Fatal("watch channel closed")
+		}
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no state change within 10s")
+	}
+	return agentkit.StateChange{}
+}
+
+func TestState_Watch(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	s := m.sharedState()
+	c := ctx(t)
+
+	// Existing values are not replayed, and an existing key's first put
+	// seen by the watch is an UPDATE.
+	if _, err := s.Create(c, agentkit.EntityTask, "old", stateCounter{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(c)
+	tasks, err := s.Watch(wctx, agentkit.EntityTask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Watch(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r1, err := s.Create(c, agentkit.EntityTask, "t1", stateCounter{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(c, agentkit.EntityAgent, "a1", stateCounter{N: 7}); err != nil { // filtered out of tasks
+		t.Fatal(err)
+	}
+	e2, err := s.Update(c, agentkit.EntityTask, "t1", func(json.RawMessage) (any, error) { return stateCounter{N: 2}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e3, err := s.Update(c, agentkit.EntityTask, "old", func(json.RawMessage) (any, error) { return stateCounter{N: 2}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(c, agentkit.EntityTask, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	r5, err := s.Create(c, agentkit.EntityTask, "t1", stateCounter{N: 3}) // after a delete: CREATE again
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want := []struct {
+		op    string
+		id    string
+		value string
+	}{
+		{agentkit.ChangeCreate, "t1", `{"n":1}`},
+		{agentkit.ChangeUpdate, "t1", `{"n":2}`},
+		{agentkit.ChangeUpdate, "old", `{"n":2}`},
+		{agentkit.ChangeDelete, "t1", ``},
+		{agentkit.ChangeCreate, "t1", `{"n":3}`},
+	}
+	var last uint64
+	for i, w := range want {
+		got := nextChange(t, tasks)
+		if got.Operation != w.op || got.Kind != agentkit.EntityTask || got.ID != w.id || string(got.Value) != w.value {
+			t.Fatalf("change %d = %s %s %s %s, want %s TASK %s %s", i, got.Operation, got.Kind, got.ID, got.Value, w.op, w.id, w.value)
+		}
+		if got.Revision <= last || got.Timestamp.IsZero() {
+			t.Fatalf("change %d: revision %d after %d, timestamp %v", i, got.Revision, last, got.Timestamp)
+		}
+		last = got.Revision
+		switch i {
+		case 0:
+			if got.Revision != r1 {
+				t.Errorf("CREATE revision %d, Create returned %d", got.Revision, r1)
+			}
+		case 1:
+			if got.Revision != e2.Revision {
+				t.Errorf("UPDATE revision %d, Update returned %d", got.Revision, e2.Revision)
+			}
+		case 2:
+			if got.Revision != e3.Revision {
+				t.Errorf("UPDATE revision %d, Update returned %d", got.Revision, e3.Revision)
+			}
+		case 4:
+			if got.Revision != r5 {
+				t.Errorf("re-CREATE revision %d, Create returned %d", got.Revision, r5)
+			}
+		}
+	}
+
+	// The unfiltered watch sees the agent entry too, between the two task changes.
+	var kinds []agentkit.EntityKind
+	for range 6 {
+		kinds = append(kinds, nextChange(t, all).Kind)
+	}
+	if kinds[1] != agentkit.EntityAgent {
+		t.Errorf("unfiltered watch kinds = %v, want AGENT second", kinds)
+	}
+
+	// The change encodes as seed 002's StateUpdate.
+	b, err := json.Marshal(agentkit.StateChange{Operation: agentkit.ChangeCreate, Kind: agentkit.EntityTask, ID: "t1", Value: json.RawMessage(`{}`), Revision: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkKeys(t, b, "operation", "entity_type", "entity_id", "changes", "version", "timestamp")
+
+	cancel()
+	for _, ch := range []<-chan agentkit.StateChange{tasks, all} {
+		eventually(t, 10*time.Second, "watch channel closed after cancel", func() bool {
+			select {
+			case _, ok := <-ch:
+				return !ok
+			default:
+				return false
+			}
+		})
+	}
+}
+
+func TestState_UpdateTask(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	s := m.sharedState()
+	c := ctx(t)
+
+	if _, err := s.Task(c, "t1"); !errors.Is(err, agentkit.ErrNotFound) {
+		t.Fatalf("Task of a missing task: %v, want ErrNotFound", err)
+	}
+	created, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
+		if ts.ID != "t1" || ts.Status != agentkit.TaskPending || ts.CreatedAt.IsZero() {
+			t.Errorf("new task = %+v, want pending t1 with CreatedAt", ts)
+		}
+		ts.Context = &agentkit.TaskContext{TaskID: "t1", TaskType: "analysis", Priority: agentkit.PriorityHigh}
+		ts.History = append(ts.History, agentkit.TaskEvent{EventType: "created", AgentID: "planner", Timestamp: time.Now()})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Two writers append history concurrently: both events land.
+	var wg sync.WaitGroup
+	for _, agent := range []string{"exec_a", "exec_b"} {
+		wg.Go(func() {
+			for i := range 10 {
+				_, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
+					ts.Status = agentkit.TaskInProgress
+					ts.AssignedAgent = agent
+					ts.History = append(ts.History, agentkit.TaskEvent{EventType: "progress", AgentID: agent, Details: map[string]any{"i": i}})
+					return nil
+				})
+				if err != nil {
+					t.Errorf("UpdateTask: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	done, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
+		ts.ID = "renamed" // restored by UpdateTask
+		ts.Status = agentkit.TaskCompleted
+		ts.Result = json.RawMessage(`{"ok":true}`)
+		ts.History = append(ts.History, agentkit.TaskEvent{EventType: "completed"})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Task(c, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "t1" || got.Status != agentkit.TaskCompleted || string(got.Result) != `{"ok":true}` || !got.Status.Terminal() {
+		t.Fatalf("Task = %+v", got)
+	}
+	if !got.CreatedAt.Equal(created.CreatedAt) || !got.UpdatedAt.Equal(done.UpdatedAt) || got.UpdatedAt.Before(got.CreatedAt) {
+		t.Errorf("CreatedAt %v UpdatedAt %v, want created %v updated %v", got.CreatedAt, got.UpdatedAt, created.CreatedAt, done.UpdatedAt)
+	}
+	if len(got.History) != 22 || got.History[0].EventType != "created" || got.History[21].EventType != "completed" {
+		t.Fatalf("history has %d events (%v), want created, 20 progress, completed", len(got.History), got.History)
+	}
+	perAgent := map[string]int{}
+	for _, ev := range got.History[1:21] {
+		perAgent[ev.AgentID]++
+	}
+	if perAgent["exec_a"] != 10 || perAgent["exec_b"] != 10 {
+		t.Errorf("progress events per agent = %v, want 10 each", perAgent)
+	}
+
+	// An invalid status is refused and nothing is written.
+	if _, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error { ts.Status = "done"; return nil }); !errors.Is(err, agentkit.ErrInvalidOption) {
+		t.Fatalf("UpdateTask with status done: %v, want ErrInvalidOption", err)
+	}
+	// fn's error aborts.
+	boom := errors.New("boom")
+	if _, err := s.UpdateTask(c, "t1", func(*agentkit.TaskState) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("UpdateTask: %v, want fn's error", err)
+	}
+	again, err := s.Task(c, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Status != agentkit.TaskCompleted || !again.UpdatedAt.Equal(got.UpdatedAt) {
+		t.Errorf("task changed by refused updates: %+v", again)
+	}
+
+	// The stored JSON uses seed 002's TaskState names.
+	e, err := s.Get(c, agentkit.EntityTask, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkKeys(t, e.Value, "id", "status", "assigned_agent", "created_at", "updated_at", "context", "result", "history")
+}
+
+func TestState_EnumsValid(t *testing.T) {
+	t.Parallel()
+	for _, k := range agentkit.EntityKinds {
+		if !k.Valid() {
+			t.Errorf("%s not valid", k)
+		}
+	}
+	for _, s := range agentkit.TaskStatuses {
+		if !s.Valid() {
+			t.Errorf("%s not valid", s)
+		}
+	}
+	if agentkit.EntityKind("task").Valid() || agentkit.TaskStatus("PENDING").Valid() || agentkit.TaskPending.Terminal() {
+		t.Error("wrong spelling accepted, or pending terminal")
+	}
+}
