@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -311,6 +312,7 @@ func (a *Agent) call(ctx context.Context, h Handler, m *Message) (err error) {
 func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 	kind, code, delay := classify(err)
 	env := d.env
+	a.logOutcome(d, kind, err, elapsed)
 	switch kind {
 	case outcomeAck:
 		if a.opts.doubleAck {
@@ -495,4 +497,24 @@ func (l *lanes) drop() []*delivery {
 		delete(l.m, k)
 	}
 	return out
+}
+
+var outcomeNames = [...]string{outcomeAck: "ack", outcomeRetry: "nak", outcomeTerm: "term", outcomeReroute: "reroute"}
+
+// logOutcome logs what happens to a handled message at debug level, with
+// the payload only when WithPayloadLogging is on. It costs nothing when
+// debug logging is off (the default logger discards everything).
+func (a *Agent) logOutcome(d *delivery, kind outcome, err error, elapsed time.Duration) {
+	if !a.opts.logger.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	attrs := []any{"agent", a.id, "message_id", d.env.MessageID, "correlation_id", d.env.Correlation, "action", d.env.Action,
+		"sender", d.env.SenderID, "priority", d.env.Priority, "delivery", d.delivery, "outcome", outcomeNames[kind], "elapsed", elapsed}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	if a.opts.logPayloads {
+		attrs = append(attrs, "payload", string(d.env.Payload))
+	}
+	a.opts.logger.Debug("message handled", attrs...)
 }

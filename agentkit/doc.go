@@ -94,6 +94,17 @@
 // Object Store mesh_payloads and reach handlers as if inline.
 // [WorkflowStatus] reads a conversation back from the stream.
 //
+// # Shared state, sessions and protocols
+//
+// [State] keeps TASK, AGENT, RESOURCE and POLICY entities in KV bucket
+// mesh_state with compare-and-swap updates and a change feed; the agent
+// that acks a task.* message records it in the task's state. [Sessions]
+// keeps seed 004's sessions (participants, decisions, artifacts) in
+// mesh_sessions, expiring on their own. The standard protocols of seed 002
+// are actions with typed payloads ([TaskAssignment], [TaskHandoffRequest],
+// [HelpRequest], [StatusUpdate], [ErrorReport], ...) and helpers
+// ([Agent.Handoff], [Agent.RequestHelp], [Call]).
+//
 // # Observability and security
 //
 // [WithMetrics] registers Prometheus collectors on a registerer you pass;

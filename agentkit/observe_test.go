@@ -1,8 +1,12 @@
 package agentkit_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,4 +145,49 @@ func TestTracing_OneTraceAcrossThreeAgents(t *testing.T) {
 			t.Errorf("%d spans named %q; all: %v", byName[name], name, byName)
 		}
 	}
+}
+
+// Logs are structured and quiet by default; payloads appear only when asked for.
+func TestLogging_StructuredWithoutPayloads(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	for _, withPayload := range []bool{false, true} {
+		var buf syncBuffer
+		logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		id := fmt.Sprintf("logged_%v", withPayload)
+		m.started(id, map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error { return nil }},
+			agentkit.WithLogger(logger), agentkit.WithPayloadLogging(withPayload), agentkit.WithRegistration(false))
+		sender := m.agent("sender_" + id)
+		if _, err := sender.Send(ctx(t), id, "work", map[string]string{"secret": "s3cr3t"}, agentkit.WithCorrelationID("corr_log")); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "handled log line", func() bool { return strings.Contains(buf.String(), `"msg":"message handled"`) })
+		out := buf.String()
+		for _, field := range []string{`"agent":"` + id + `"`, `"correlation_id":"corr_log"`, `"action":"work"`, `"outcome":"ack"`, `"message_id":"`} {
+			if !strings.Contains(out, field) {
+				t.Errorf("log lacks %s:\n%s", field, out)
+			}
+		}
+		if got := strings.Contains(out, "s3cr3t"); got != withPayload {
+			t.Errorf("payload logged = %v with payload logging %v:\n%s", got, withPayload, out)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's and the test's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

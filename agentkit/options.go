@@ -44,6 +44,7 @@ type options struct {
 	metrics        prometheus.Registerer
 	tracerProvider trace.TracerProvider
 	propagator     propagation.TextMapPropagator
+	logPayloads    bool
 }
 
 func defaultOptions() options {
@@ -330,4 +331,10 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 		o.propagator = p
 		return nil
 	})
+}
+
+// WithPayloadLogging includes payloads in the debug log of handled
+// messages. Default: off — payloads are never logged unless asked for.
+func WithPayloadLogging(on bool) Option {
+	return optionFunc(func(o *options) error { o.logPayloads = on; return nil })
 }
