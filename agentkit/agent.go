@@ -120,6 +120,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		closed:   make(chan struct{}),
 		waiters:  map[string]*waiter{},
 	}
+	a.breakers.settings, a.breakers.onChange = o.breaker, a.breakerChanged
 	if o.metrics != nil {
 		if a.metrics, err = newMetrics(o.metrics); err != nil {
 			return nil, err

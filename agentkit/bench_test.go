@@ -157,6 +157,7 @@ type measure struct {
 }
 
 func startMeasure(b *testing.B) measure {
+	b.ReportAllocs()
 	b.ResetTimer()
 	return measure{b: b, cpu: processCPU()}
 }

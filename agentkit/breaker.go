@@ -59,16 +59,19 @@ func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOp
 
 // breakers holds one breaker per destination.
 type breakers struct {
-	mu    sync.Mutex
-	m     map[string]*breaker
-	nacks map[string]int
+	mu       sync.Mutex
+	m        map[string]*breaker
+	nacks    map[string]int
+	settings BreakerSettings
+	onChange func(to string, st BreakerState) // set once in New
 }
 
 type breaker struct {
 	cb *gobreaker.TwoStepCircuitBreaker
 }
 
-func (b *breakers) get(to string, s BreakerSettings, onChange func(to string, st BreakerState)) *breaker {
+func (b *breakers) get(to string) *breaker {
+	s, onChange := b.settings, b.onChange
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
@@ -104,7 +107,7 @@ func stateOf(s gobreaker.State) BreakerState {
 
 // BreakerState returns the state of the circuit to agent to.
 func (a *Agent) BreakerState(to string) BreakerState {
-	return stateOf(a.breakers.get(to, a.opts.breaker, a.breakerChanged).cb.State())
+	return stateOf(a.breakers.get(to).cb.State())
 }
 
 // Breakers returns the state of every circuit the agent has used.
@@ -121,7 +124,7 @@ func (a *Agent) Breakers() map[string]BreakerState {
 // allow asks the breaker of to for permission to send; half-open means the
 // message is a trial. done must be called with the outcome.
 func (a *Agent) allow(to string) (done func(error), trial bool, err error) {
-	br := a.breakers.get(to, a.opts.breaker, a.breakerChanged)
+	br := a.breakers.get(to)
 	state := br.cb.State()
 	finish, err := br.cb.Allow()
 	if err != nil {

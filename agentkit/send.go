@@ -592,8 +592,7 @@ func (a *Agent) Request(ctx context.Context, to, action string, payload any, opt
 // when o allows it; a half-open one lets the message through as a trial,
 // at low priority.
 func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope) bool, judge func(*Envelope) error) (r *Envelope, err error) {
-	ctx, span := a.tracer.Start(ctx, "request "+o.Action, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("agentmesh.receiver", o.ReceiverID), attribute.String("agentmesh.action", o.Action)))
+	ctx, span := a.startRequest(ctx, o)
 	defer func() { endSpan(span, err) }()
 	done, trial, err := a.allow(o.ReceiverID)
 	if err != nil {

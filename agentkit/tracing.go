@@ -2,6 +2,7 @@ package agentkit
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -34,12 +35,24 @@ func (c headerCarrier) Keys() []string {
 
 var _ propagation.TextMapCarrier = headerCarrier{}
 
+// Span start options, built once: the hot path allocates nothing for them.
+var (
+	sendSpan    = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	handleSpan  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	requestSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
 // startSend starts the producer span of publishing e on subject and
 // records its ids in the envelope's trace field (seed 004 §2.1), so readers
-// of the body alone see the same trace as the headers.
+// of the body alone see the same trace as the headers. Attributes are only
+// built for spans that record.
 func (a *Agent) startSend(ctx context.Context, subject string, e *Envelope) (context.Context, trace.Span) {
 	parent := trace.SpanContextFromContext(ctx)
-	ctx, span := a.tracer.Start(ctx, "send "+e.Action, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+	ctx, span := a.tracer.Start(ctx, "send "+e.Action, sendSpan...)
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	span.SetAttributes(
 		attribute.String("messaging.system", "nats"),
 		attribute.String("messaging.operation.type", "send"),
 		attribute.String("messaging.destination.name", subject),
@@ -47,7 +60,7 @@ func (a *Agent) startSend(ctx context.Context, subject string, e *Envelope) (con
 		attribute.String("messaging.message.conversation_id", e.Correlation),
 		attribute.String("agentmesh.action", e.Action),
 		attribute.String("agentmesh.message_type", string(e.MessageType)),
-	))
+	)
 	if sc := span.SpanContext(); sc.IsValid() {
 		e.Trace = &Trace{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String()}
 		if parent.IsValid() {
@@ -68,20 +81,33 @@ func (a *Agent) inject(ctx context.Context, h nats.Header) {
 func (a *Agent) startHandle(ctx context.Context, d *delivery) (context.Context, trace.Span) {
 	remote := a.propagator.Extract(ctx, headerCarrier(d.msg.Headers()))
 	rsc := trace.SpanContextFromContext(remote)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		attribute.String("messaging.system", "nats"),
-		attribute.String("messaging.operation.type", "process"),
-		attribute.String("messaging.destination.name", d.msg.Subject()),
-		attribute.String("messaging.message.id", d.env.MessageID),
-		attribute.String("messaging.message.conversation_id", d.env.Correlation),
-		attribute.Int64("messaging.message.delivery_count", int64(d.delivery)),
-		attribute.String("agentmesh.action", d.env.Action),
-		attribute.String("agentmesh.sender", d.env.SenderID),
-	)}
+	opts := handleSpan
 	if rsc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: rsc}))
+		opts = append(slices.Clip(handleSpan), trace.WithLinks(trace.Link{SpanContext: rsc}))
 	}
-	return a.tracer.Start(remote, "handle "+d.env.Action, opts...)
+	ctx, span := a.tracer.Start(remote, "handle "+d.env.Action, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", d.msg.Subject()),
+			attribute.String("messaging.message.id", d.env.MessageID),
+			attribute.String("messaging.message.conversation_id", d.env.Correlation),
+			attribute.Int64("messaging.message.delivery_count", int64(d.delivery)),
+			attribute.String("agentmesh.action", d.env.Action),
+			attribute.String("agentmesh.sender", d.env.SenderID),
+		)
+	}
+	return ctx, span
+}
+
+// startRequest starts the client span of a Request or SendAndWait.
+func (a *Agent) startRequest(ctx context.Context, o *outgoing) (context.Context, trace.Span) {
+	ctx, span := a.tracer.Start(ctx, "request "+o.Action, requestSpan...)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("agentmesh.receiver", o.ReceiverID), attribute.String("agentmesh.action", o.Action))
+	}
+	return ctx, span
 }
 
 // endSpan records err (if any) and ends span.
