@@ -260,16 +260,27 @@ func (a *Agent) keepAliveTick() time.Duration {
 	return max(tick, time.Millisecond)
 }
 
-// consumerConfig returns the durable consumer of priority p: the agent's
-// direct subject, broadcasts and subscribed topics at p, with p's policy.
+// consumerConfig returns the durable consumer of priority p with the
+// agent's policy and topics.
 func (a *Agent) consumerConfig(p Priority, topics []string) (jetstream.ConsumerConfig, error) {
-	s := a.opts.scheme
-	pol := a.opts.policies[p]
-	name, err := s.Consumer(a.id, string(p))
+	return ConsumerConfig(a.opts.scheme, a.id, p, a.opts.policies[p], topics)
+}
+
+// ConsumerConfig returns the durable consumer of agent id at priority p:
+// named "<id>_<priority>", filtering the agent's direct subject, broadcasts
+// and the given topics at p, with explicit acks, policy's BackOff and
+// MaxDeliver, and every ack sampled for the monitor. An administrator who
+// provisions consumers for agents without that right
+// ([WithProvisioning](false)) creates exactly these.
+func ConsumerConfig(s subjects.Scheme, id string, p Priority, policy DeliveryPolicy, topics []string) (jetstream.ConsumerConfig, error) {
+	if err := policy.validate(p); err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	name, err := s.Consumer(id, string(p))
 	if err != nil {
 		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	direct, _ := s.DirectFilter(a.id, string(p)) // tokens validated above
+	direct, _ := s.DirectFilter(id, string(p)) // tokens validated above
 	broadcast, _ := s.BroadcastFilter(string(p))
 	filters := []string{direct, broadcast}
 	for _, t := range topics {
@@ -281,14 +292,14 @@ func (a *Agent) consumerConfig(p Priority, topics []string) (jetstream.ConsumerC
 	}
 	return jetstream.ConsumerConfig{
 		Durable:         name,
-		Description:     fmt.Sprintf("agentmesh agent %s, %s priority", a.id, p),
+		Description:     fmt.Sprintf("agentmesh agent %s, %s priority", id, p),
 		FilterSubjects:  filters,
 		DeliverPolicy:   jetstream.DeliverAllPolicy,
 		AckPolicy:       jetstream.AckExplicitPolicy,
-		AckWait:         pol.BackOff[0],
-		BackOff:         slices.Clone(pol.BackOff),
-		MaxDeliver:      pol.MaxDeliver,
-		MaxAckPending:   pol.MaxAckPending,
+		AckWait:         policy.BackOff[0],
+		BackOff:         slices.Clone(policy.BackOff),
+		MaxDeliver:      policy.MaxDeliver,
+		MaxAckPending:   policy.MaxAckPending,
 		SampleFrequency: "100",
 	}, nil
 }
