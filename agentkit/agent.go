@@ -63,6 +63,7 @@ type Agent struct {
 	breakers  breakers
 	objects   payloadStore // large envelopes
 	shared    sharedState  // task state
+	handled   handledSet   // recently finished stream sequences
 
 	metrics    *metrics // nil without WithMetrics
 	tracer     trace.Tracer
@@ -121,6 +122,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		waiters:  map[string]*waiter{},
 	}
 	a.breakers.settings, a.breakers.onChange = o.breaker, a.breakerChanged
+	a.handled.init(o.dedupWindow)
 	if o.metrics != nil {
 		if a.metrics, err = newMetrics(o.metrics); err != nil {
 			return nil, err
@@ -263,7 +265,9 @@ func (a *Agent) keepAliveTick() time.Duration {
 // consumerConfig returns the durable consumer of priority p with the
 // agent's policy and topics.
 func (a *Agent) consumerConfig(p Priority, topics []string) (jetstream.ConsumerConfig, error) {
-	return ConsumerConfig(a.opts.scheme, a.id, p, a.opts.policies[p], topics)
+	cfg, err := ConsumerConfig(a.opts.scheme, a.id, p, a.opts.policies[p], topics)
+	cfg.SampleFrequency = a.opts.sampleFreq
+	return cfg, err
 }
 
 // ConsumerConfig returns the durable consumer of agent id at priority p:

@@ -234,6 +234,10 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	if !a.receive(d) {
 		return
 	}
+	if a.handled.seen(d.seq) {
+		a.settleAck(d, OutcomeDuplicate)
+		return
+	}
 	h := a.handler(d.env.Action)
 	if h == nil {
 		a.settle(d, Reject(CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
@@ -285,6 +289,7 @@ func (a *Agent) keepAlive(slots []atomic.Pointer[delivery], tick time.Duration, 
 				}
 			}
 			a.lanes.keepAlive(now, func(d *delivery) { a.brokerErr(d.msg.InProgress(), d, "in progress") })
+			a.handled.rotate(now)
 		}
 	}
 }
@@ -309,12 +314,16 @@ func (a *Agent) call(ctx context.Context, h Handler, m *Message) (err error) {
 //	                            attempt the sender also gets the error
 //	Reject / non-retryable      TermWithReason; error (or NACK) envelope to the sender
 //	Reroute(capability)         forward to a READY agent with it, then Ack; none: as Reject
+//
+// Acked, terminated and rerouted messages are remembered (see handledSet),
+// so a redelivery after a lost ack is acked without running the handler.
 func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 	kind, code, delay := classify(err)
 	env := d.env
 	a.logOutcome(d, kind, err, elapsed)
 	switch kind {
 	case outcomeAck:
+		a.handled.add(d.seq)
 		if a.opts.doubleAck {
 			ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
 			a.brokerErr(d.msg.DoubleAck(ctx), d, "double ack")
@@ -353,6 +362,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			a.settle(d, Reject(CodeCapabilityMissing, rerr.Error()), elapsed)
 			return
 		}
+		a.handled.add(d.seq)
 		a.brokerErr(d.msg.Ack(), d, "ack")
 		a.stats.add(OutcomeReroute)
 	case outcomeTerm:
@@ -368,6 +378,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		if a.answers(d) {
 			a.reply(a.failureReply(env, e, elapsed))
 		}
+		a.handled.add(d.seq)
 		a.brokerErr(d.msg.TermWithReason(string(e.Code)+": "+e.Message), d, "term")
 		a.stats.add(OutcomeTerm)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentmesh-io/agentmesh/agentkit"
 )
 
@@ -239,4 +241,43 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A redelivery of a message the agent already finished (as after a
+// consumer leader failover lost its acks) is acked without running the
+// handler again. Resetting the consumer replays acked messages the same way.
+func TestDedup_RedeliveryOfHandledMessageSkipsHandler(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var rec recorder
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)}, agentkit.WithRegistration(false))
+	sender := m.agent("sender")
+	const n = 10
+	for i := range n {
+		if _, err := sender.Send(ctx(t), "recv", "work", map[string]int{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "handled once", func() bool { return rec.count() == n })
+	js, _ := jetstream.New(m.conn())
+	if _, err := js.ResetConsumerToSequence(ctx(t), "MESH", "recv_normal", 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "replays acked as duplicates", func() bool {
+		return recv.Stats().Outcomes[agentkit.OutcomeDuplicate] == n
+	})
+	if rec.count() != n {
+		t.Fatalf("handler ran %d times for %d messages", rec.count(), n)
+	}
+	// With the window off, the same replay reaches the handler.
+	var rec2 recorder
+	m.started("recv2", map[string]agentkit.HandlerFunc{"work": rec2.handle(nil)}, agentkit.WithRegistration(false), agentkit.WithDedupWindow(0))
+	if _, err := sender.Send(ctx(t), "recv2", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "recv2 handled", func() bool { return rec2.count() == 1 })
+	if _, err := js.ResetConsumerToSequence(ctx(t), "MESH", "recv2_normal", 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "replay handled again without dedup", func() bool { return rec2.count() == 2 })
 }

@@ -3,6 +3,8 @@ package agentkit
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +47,8 @@ type options struct {
 	tracerProvider trace.TracerProvider
 	propagator     propagation.TextMapPropagator
 	logPayloads    bool
+	dedupWindow    time.Duration
+	sampleFreq     string
 }
 
 func defaultOptions() options {
@@ -61,6 +65,8 @@ func defaultOptions() options {
 		register:       true,
 		heartbeat:      5 * time.Second,
 		breaker:        DefaultBreakerSettings(),
+		dedupWindow:    2 * time.Minute,
+		sampleFreq:     "100",
 	}
 }
 
@@ -337,4 +343,34 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // messages. Default: off — payloads are never logged unless asked for.
 func WithPayloadLogging(on bool) Option {
 	return optionFunc(func(o *options) error { o.logPayloads = on; return nil })
+}
+
+// WithDedupWindow sets how long the agent remembers the messages it
+// finished, so that a redelivery of one (after a consumer leader failed
+// before replicating the ack) is acked without running the handler again:
+// entries live between one and two windows, about 40 bytes each. 0 turns
+// it off. Default: 2 minutes, the stream's duplicate window.
+func WithDedupWindow(d time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("%w: negative dedup window", ErrInvalidOption)
+		}
+		o.dedupWindow = d
+		return nil
+	})
+}
+
+// WithSampleFrequency sets the consumers' ack sampling for the ack monitor:
+// "100" (every ack, the default: exact ack times) down to "1%". NAK, TERM
+// and MAX_DELIVERIES advisories are exact at any sampling.
+func WithSampleFrequency(freq string) Option {
+	return optionFunc(func(o *options) error {
+		v := strings.TrimSuffix(freq, "%")
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100 {
+			return fmt.Errorf("%w: sample frequency %q is not 0..100 or 0%%..100%%", ErrInvalidOption, freq)
+		}
+		o.sampleFreq = freq
+		return nil
+	})
 }

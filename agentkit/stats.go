@@ -23,11 +23,12 @@ const (
 	OutcomeCapabilityMissing Outcome = "capability_missing" // no handler for the action (also counted as term)
 	OutcomeReroute           Outcome = "reroute"            // forwarded to another agent by Reroute; acked
 	OutcomeFallback          Outcome = "fallback"           // a send redirected from an open circuit to a fallback agent
+	OutcomeDuplicate         Outcome = "duplicate"          // a redelivery of a message this instance already handled; acked
 )
 
 // Outcomes lists every outcome.
 var Outcomes = []Outcome{OutcomeAck, OutcomeNak, OutcomeTerm, OutcomeInvalid, OutcomeExpired,
-	OutcomeReply, OutcomeLateReply, OutcomeOwn, OutcomePanic, OutcomeCapabilityMissing, OutcomeReroute, OutcomeFallback}
+	OutcomeReply, OutcomeLateReply, OutcomeOwn, OutcomePanic, OutcomeCapabilityMissing, OutcomeReroute, OutcomeFallback, OutcomeDuplicate}
 
 type outcome int
 
@@ -39,8 +40,8 @@ const (
 )
 
 type counters struct {
-	n              [12]atomic.Uint64      // indexed like Outcomes
-	prom           [12]prometheus.Counter // the same, exported when metrics are on
+	n              [13]atomic.Uint64      // indexed like Outcomes
+	prom           [13]prometheus.Counter // the same, exported when metrics are on
 	publishRetries atomic.Uint64
 }
 

@@ -1,0 +1,67 @@
+package agentkit
+
+import (
+	"sync"
+	"time"
+)
+
+// handledSet remembers the stream sequences of messages this agent
+// instance finished (acked, terminated or rerouted), so a redelivery of one
+// of them is acked without running the handler again. JetStream delivers
+// at least once: when a consumer's leader fails, acks it had not yet
+// replicated are lost and the new leader redelivers messages that were
+// already handled. The broker's duplicate window stops a message being
+// stored twice; this stops it being handled twice.
+//
+// Two generations of a set bounded in time: entries live between one and
+// two windows; memory is about 40 bytes per message handled in that time.
+// It is per instance: another instance of the same agent may still see a
+// redelivery, so handlers with side effects should stay idempotent.
+type handledSet struct {
+	mu       sync.Mutex
+	cur, old map[uint64]struct{}
+	window   time.Duration
+	rotated  time.Time
+}
+
+func (h *handledSet) init(window time.Duration) {
+	h.window, h.rotated = window, time.Now()
+	if window > 0 {
+		h.cur, h.old = map[uint64]struct{}{}, map[uint64]struct{}{}
+	}
+}
+
+// seen reports whether seq was handled recently.
+func (h *handledSet) seen(seq uint64) bool {
+	if h.window <= 0 || seq == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, a := h.cur[seq]
+	_, b := h.old[seq]
+	return a || b
+}
+
+// add records seq as handled.
+func (h *handledSet) add(seq uint64) {
+	if h.window <= 0 || seq == 0 {
+		return
+	}
+	h.mu.Lock()
+	h.cur[seq] = struct{}{}
+	h.mu.Unlock()
+}
+
+// rotate drops the older generation once a window has passed.
+func (h *handledSet) rotate(now time.Time) {
+	if h.window <= 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if now.Sub(h.rotated) < h.window {
+		return
+	}
+	h.old, h.cur, h.rotated = h.cur, make(map[uint64]struct{}, len(h.cur)), now
+}
