@@ -211,9 +211,11 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var task *agentkit.TaskState
-	eventually(t, 5*time.Second, "task t1 completed", func() bool {
+	// The executor records the assignment when it acks it, which is after
+	// its handler sent the update and completion: wait for all three.
+	eventually(t, 5*time.Second, "task t1 completed with three events", func() bool {
 		task, err = state.Task(ctx(t), "t1")
-		return err == nil && task.Status == agentkit.TaskCompleted
+		return err == nil && task.Status == agentkit.TaskCompleted && len(task.History) == 3
 	})
 	var events []string
 	for _, ev := range task.History {

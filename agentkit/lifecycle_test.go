@@ -98,9 +98,16 @@ func TestLifecycle_StopHandsBackInFlight(t *testing.T) {
 	<-started
 	a.Stop()
 	var rec recorder
-	m.started("worker", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
+	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
 	// The default normal ack wait is 10s; the message must come back well before.
-	eventually(t, 3*time.Second, "redelivery to the second instance", func() bool { return rec.count() == 1 })
+	deadline := time.Now().Add(3 * time.Second)
+	for rec.count() != 1 {
+		if time.Now().After(deadline) {
+			info, _ := b.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+			t.Fatalf("no redelivery to the second instance: %+v waiting=%d ackpending=%d redelivered=%d pending=%d stats A=%v", info.Delivered, info.NumWaiting, info.NumAckPending, info.NumRedelivered, info.NumPending, a.Stats().Outcomes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := rec.msgs[0].Delivery; got != 2 {
 		t.Fatalf("delivery = %d, want 2", got)
 	}
