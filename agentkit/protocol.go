@@ -564,31 +564,47 @@ func (r *ErrorReport) validate(at string) error {
 }
 
 // Escalation tells a director that a message could not be delivered or
-// handled after every attempt (action [ActionEscalation]); the ack monitor
-// sends it. Original is the undelivered envelope as it was stored.
+// handled (action [ActionEscalation], seed 000 "escalate to director"). The
+// ack monitor sends it when a message exhausts its deliveries and, when so
+// configured, when one is terminated.
 type Escalation struct {
-	Original          json.RawMessage `json:"original,omitempty"`
-	OriginalMessageID string          `json:"original_message_id"`
-	Receiver          string          `json:"receiver_id"`
-	Sender            string          `json:"sender_id"`
-	Consumer          string          `json:"consumer,omitempty"`
-	Attempts          int             `json:"attempts"`
-	Reasons           []string        `json:"reasons,omitempty"` // why each attempt failed, oldest first
-	CorrelationID     string          `json:"correlation_id,omitempty"`
-	WorkflowID        string          `json:"workflow_id,omitempty"`
-	InReplyTo         string          `json:"in_reply_to,omitempty"`
-	DeadLetterSeq     uint64          `json:"dead_letter_seq,omitempty"` // sequence in the dead-letter stream
-	At                time.Time       `json:"at"`
+	// Reason is "max_deliveries" (exhausted) or "terminated".
+	Reason    string `json:"reason"`
+	MessageID string `json:"message_id"` // the original message's id
+	Sender    string `json:"sender"`
+	Receiver  string `json:"receiver"`
+	Consumer  string `json:"consumer"`
+	Priority  string `json:"priority"`
+	Subject   string `json:"subject"`
+	StreamSeq uint64 `json:"stream_seq"`
+	// Attempts is the number of deliveries made.
+	Attempts int `json:"attempts"`
+	Naks     int `json:"naks"`
+	Timeouts int `json:"timeouts"`
+	// Reasons lists what each failed delivery ended with: "delivery 1: NAK",
+	// "delivery 2: TERM NOT_FOUND: ...", "delivery 3: MAX_DELIVERIES".
+	Reasons       []string `json:"reasons"`
+	CorrelationID string   `json:"correlation_id,omitempty"`
+	WorkflowID    string   `json:"workflow_id,omitempty"`
+	InReplyTo     string   `json:"in_reply_to,omitempty"`
+	// Original is the original envelope (JSON) when the stream still has it.
+	Original   json.RawMessage `json:"original,omitempty"`
+	DLQSubject string          `json:"dlq_subject"`
+	DLQSeq     uint64          `json:"dlq_seq"`
+	SentAt     time.Time       `json:"sent_at,omitzero"`
+	FailedAt   time.Time       `json:"failed_at"`
 }
 
-// Validate checks original_message_id and that attempts is not negative.
+// Validate checks message_id, the reason and that counts are not negative.
 // The error matches [ErrInvalidEnvelope].
 func (e Escalation) Validate() error {
 	switch {
-	case e.OriginalMessageID == "":
-		return invalid("payload.original_message_id", "required")
-	case e.Attempts < 0:
-		return invalid("payload.attempts", "negative")
+	case e.MessageID == "":
+		return invalid("payload.message_id", "required")
+	case e.Reason != "max_deliveries" && e.Reason != "terminated":
+		return invalid("payload.reason", fmt.Sprintf("unknown reason %q (want max_deliveries or terminated)", e.Reason))
+	case e.Attempts < 0 || e.Naks < 0 || e.Timeouts < 0:
+		return invalid("payload.attempts", "negative count")
 	}
 	return nil
 }

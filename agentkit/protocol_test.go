@@ -155,9 +155,12 @@ func TestProtocol_JSONFieldNames(t *testing.T) {
 		},
 		{
 			name: "Escalation",
-			give: agentkit.Escalation{Original: json.RawMessage(`{"acl":"1"}`), OriginalMessageID: "m1", Receiver: "b", Sender: "a", Consumer: "b_high", Attempts: 4,
-				Reasons: []string{"timeout"}, CorrelationID: "c", WorkflowID: "w", InReplyTo: "m0", DeadLetterSeq: 7, At: fixtureAt},
-			keys: []string{"original", "original_message_id", "receiver_id", "sender_id", "consumer", "attempts", "reasons", "correlation_id", "workflow_id", "in_reply_to", "dead_letter_seq", "at"},
+			give: agentkit.Escalation{Reason: "max_deliveries", MessageID: "m1", Sender: "a", Receiver: "b", Consumer: "b_high", Priority: "high",
+				Subject: "mesh.agent.b.high.a", StreamSeq: 3, Attempts: 4, Naks: 1, Timeouts: 3, Reasons: []string{"delivery 1: NAK"},
+				CorrelationID: "c", WorkflowID: "w", InReplyTo: "m0", Original: json.RawMessage(`{"acl":"1"}`), DLQSubject: "mesh.dlq.b.high.a",
+				DLQSeq: 7, SentAt: fixtureAt, FailedAt: fixtureLater},
+			keys: []string{"reason", "message_id", "sender", "receiver", "consumer", "priority", "subject", "stream_seq", "attempts", "naks", "timeouts",
+				"reasons", "correlation_id", "workflow_id", "in_reply_to", "original", "dlq_subject", "dlq_seq", "sent_at", "failed_at"},
 		},
 		{
 			name: "TaskState",
@@ -331,7 +334,8 @@ func TestProtocol_Validate(t *testing.T) {
 			r.RecoveryAttempts = []agentkit.RecoveryAttempt{{Outcome: "meh"}}
 			return r
 		}(), "payload.recovery_attempts[0].outcome"},
-		{"escalation no id", agentkit.Escalation{}, "payload.original_message_id"},
+		{"escalation no id", agentkit.Escalation{Reason: "terminated"}, "payload.message_id"},
+		{"escalation reason", agentkit.Escalation{MessageID: "m1", Reason: "bored"}, "payload.reason"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.give.Validate()

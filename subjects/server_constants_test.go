@@ -96,6 +96,12 @@ func TestServerSubjectMatching(t *testing.T) {
 				own, matches(own, s.EventsSubjects()), other, matches(other, s.EventsSubjects()))
 		}
 	}
+	// ...and not the other consumer advisories of the stream.
+	for _, pre := range []string{server.JSAdvisoryConsumerCreatedPre, server.JSAdvisoryConsumerDeletedPre, server.JSAdvisoryConsumerPinnedPre} {
+		if subj := pre + "." + s.Stream() + ".planner_1_high"; matches(subj, s.EventsSubjects()) {
+			t.Errorf("EventsSubjects captures %s", subj)
+		}
+	}
 }
 
 func must2(s string, err error) string {

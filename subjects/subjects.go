@@ -225,12 +225,16 @@ func (s Scheme) EventsStream() string { return s.stream + "_EVENTS" }
 // DLQStream returns the name of the dead-letter stream: "MESH_DLQ" for the default prefix.
 func (s Scheme) DLQStream() string { return s.stream + "_DLQ" }
 
-// EventsSubjects returns the advisory and metric subjects the events stream
-// captures: those of the message stream's consumers only, so the monitor's
-// own consumers on the events stream do not feed back into it.
+// EventsSubjects returns the subjects the events stream captures: the
+// NAK, TERM and MAX_DELIVERIES advisories and the ack metric of the message
+// stream's consumers — only those, so neither the monitor's own consumers
+// on the events stream nor other consumer advisories (created, pinned, ...)
+// feed into it.
 func (s Scheme) EventsSubjects() []string {
 	return []string{
-		AdvisoryConsumerPrefix + ".*." + s.stream + ".*",
+		NakPrefix + "." + s.stream + ".*",
+		TerminatedPrefix + "." + s.stream + ".*",
+		MaxDeliveriesPrefix + "." + s.stream + ".*",
 		AckMetricPrefix + "." + s.stream + ".*",
 	}
 }

@@ -1,0 +1,170 @@
+package ackmonitor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+)
+
+// Alert kinds.
+const (
+	AlertAckRate     = "ack_rate"     // ack rate below the thresholds
+	AlertTimeoutRate = "timeout_rate" // timeout rate above the thresholds
+)
+
+// Alert states in [AlertEvent].
+const (
+	AlertRaised   = "raised"
+	AlertResolved = "resolved"
+)
+
+// AlertEvent is the JSON published (core NATS) on
+// mesh.alert.<severity>.<agent> when an alert is raised, changes severity
+// or is resolved; resolutions are published with severity "info".
+type AlertEvent struct {
+	store.Alert
+	State         string  `json:"state"`
+	WindowSeconds float64 `json:"window_seconds"`
+	Monitor       string  `json:"monitor"`
+	// Previous is the severity before a change ("" for a new alert).
+	Previous string `json:"previous_severity,omitempty"`
+}
+
+// severityOf returns the severity rates call for, or "".
+func (t Thresholds) severityOf(kind string, r store.Rate) (sev string, value, threshold float64) {
+	switch kind {
+	case AlertAckRate:
+		v := r.AckRate()
+		switch {
+		case v < t.AckCritical:
+			return "critical", v, t.AckCritical
+		case v < t.AckWarning:
+			return "warning", v, t.AckWarning
+		}
+		return "", v, t.AckWarning
+	default:
+		v := r.TimeoutRate()
+		switch {
+		case v > t.TimeoutCritical:
+			return "critical", v, t.TimeoutCritical
+		case v > t.TimeoutWarning:
+			return "warning", v, t.TimeoutWarning
+		}
+		return "", v, t.TimeoutWarning
+	}
+}
+
+func (m *Monitor) alertLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.EvaluateInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !m.Active() {
+			continue
+		}
+		if err := m.evaluate(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn("alert evaluation", "err", err)
+		}
+	}
+}
+
+// evaluate compares each agent's rates over the window with the
+// thresholds. The state machine per agent and kind is the set of active
+// alerts in the store (so it survives restarts and failovers): no alert →
+// raise when a threshold is crossed; an alert → change severity or resolve
+// when the rates say so. Agents with fewer than MinSamples resolved
+// messages in the window keep their state.
+func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
+	rates, err := m.cfg.Store.Rates(ctx, now.Add(-m.cfg.Window))
+	if err != nil {
+		return err
+	}
+	byAgent := map[string]store.Rate{}
+	for _, r := range rates {
+		byAgent[r.Agent] = byAgent[r.Agent].Merge(r)
+	}
+	active, err := m.cfg.Store.Alerts(ctx, true, 10000)
+	if err != nil {
+		return err
+	}
+	current := map[[2]string]store.Alert{}
+	for _, a := range active {
+		current[[2]string{a.Agent, a.Kind}] = a
+	}
+	agents := make([]string, 0, len(byAgent))
+	for a := range byAgent {
+		agents = append(agents, a)
+	}
+	sort.Strings(agents)
+	for _, agent := range agents {
+		r := byAgent[agent]
+		if r.Resolved() < m.cfg.Thresholds.MinSamples {
+			continue
+		}
+		for _, kind := range []string{AlertAckRate, AlertTimeoutRate} {
+			sev, value, threshold := m.cfg.Thresholds.severityOf(kind, r)
+			cur, firing := current[[2]string{agent, kind}]
+			switch {
+			case !firing && sev == "":
+			case firing && sev == cur.Severity:
+				cur.Value, cur.Samples = value, r.Resolved()
+				if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
+					return err
+				}
+			case firing && sev == "":
+				cur.ResolvedAt, cur.Value, cur.Samples = now.UTC(), value, r.Resolved()
+				if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
+					return err
+				}
+				m.metrics.alerts.WithLabelValues(agent, kind, cur.Severity).Set(0)
+				m.publishAlert(AlertEvent{Alert: cur, State: AlertResolved}, "info")
+			default: // a new alert, or a severity change: the old one is resolved, a new one raised
+				prev := ""
+				if firing {
+					prev = cur.Severity
+					cur.ResolvedAt = now.UTC()
+					if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
+						return err
+					}
+					m.metrics.alerts.WithLabelValues(agent, kind, cur.Severity).Set(0)
+				}
+				a := store.Alert{ID: agent + "/" + kind + "/" + strconv.FormatInt(now.UnixMicro(), 10), Agent: agent,
+					Kind: kind, Severity: sev, Value: value, Threshold: threshold, Samples: r.Resolved(), RaisedAt: now.UTC()}
+				if err := m.cfg.Store.SaveAlert(ctx, a); err != nil {
+					return err
+				}
+				m.metrics.alerts.WithLabelValues(agent, kind, sev).Set(1)
+				m.publishAlert(AlertEvent{Alert: a, State: AlertRaised, Previous: prev}, sev)
+				m.cfg.Logger.Warn("alert raised", "agent", agent, "kind", kind, "severity", sev, "value", value, "samples", r.Resolved())
+			}
+		}
+	}
+	return nil
+}
+
+// publishAlert publishes ev on the alert subject (core NATS, at most once).
+func (m *Monitor) publishAlert(ev AlertEvent, severity string) {
+	ev.WindowSeconds, ev.Monitor = m.cfg.Window.Seconds(), m.cfg.MonitorID
+	subject, err := m.cfg.Scheme.Alert(severity, ev.Agent)
+	if err != nil {
+		m.cfg.Logger.Warn("alert subject", "err", err)
+		return
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		m.cfg.Logger.Warn("alert encode", "err", err)
+		return
+	}
+	if err := m.nc.Publish(subject, data); err != nil {
+		m.cfg.Logger.Warn("alert publish", "subject", subject, "err", fmt.Errorf("ackmonitor: %w", err))
+	}
+}

@@ -1,0 +1,97 @@
+// Package ackmonitor is the agentmesh ack monitor as a library: it watches
+// every message stored in the mesh stream and every consumer event about
+// it, keeps seed 000's acknowledgment ledger, computes ack, NACK and
+// timeout rates, raises and resolves alerts, dead-letters failed messages,
+// escalates exhausted ones to the sender's director, and serves a
+// dashboard, a JSON API and Prometheus metrics. The binary is
+// cmd/ackmonitor; this package never dials, prints or exits.
+//
+// # Inputs
+//
+// [Monitor.Run] provisions (unless they exist) the message stream MESH,
+// MESH_EVENTS, which captures the MESH consumers' NAK, TERM and
+// MAX_DELIVERIES advisories and ack metrics so none is lost while the
+// monitor is down, and MESH_DLQ. It reads two durable pull consumers,
+// both explicit-ack:
+//
+//   - <id>_events on MESH_EVENTS: every consumer event;
+//   - <id>_sends on MESH, headers only: every send (message id, sender,
+//     receiver or topic, priority, correlation, workflow, in-reply-to, and
+//     the stream timestamp as sent_at).
+//
+// Messages are written in batches, one store transaction per batch, and
+// acked only after the commit. Writes are idempotent (see package store),
+// so redeliveries and replays change nothing.
+//
+// # The ledger and the rates
+//
+// One row per (stream_seq, consumer): a direct message has one, a topic or
+// broadcast message one per receiving consumer. Its status is final once
+// an ACK (ack metric), a TERM (status NACK, with the reason agentkit puts
+// in the TERM: "NOT_FOUND: customer not found") or MAX_DELIVERIES (status
+// TIMEOUT, also when the last attempt was NAKed: the message was never
+// handled) arrives. A NAK is not final: the broker redelivers. retry_count
+// is deliveries − 1; timeouts, the attempts that expired without an ack or
+// NAK, are deliveries − 1 − NAKs (deliveries − NAKs for an exhausted
+// message, whose last attempt counts too), as NATS.md §1.3 describes.
+//
+// Rates over the sliding window (default 5 minutes) count the messages
+// that reached a final status in the window: ack rate = ACK / (ACK + NACK
+// + TIMEOUT), and so on. Seed 000 divides by "messages sent"; messages
+// still in flight are neither acked nor failed yet, so counting them would
+// report every burst as a drop in the ack rate. Messages sent in the
+// window and those still pending are reported beside the rates.
+//
+// Two times are kept per acked message:
+//
+//   - ack time (processing_time_ms, avg_ack_time_ms): the ack metric's
+//     ack_time, from the acking delivery (or its last InProgress) to the
+//     ack — how long the receiver took once it had the message;
+//   - latency (sent_at → acknowledged_at): from the stream's timestamp to
+//     the ack, including queueing, NAK delays and redeliveries — what the
+//     sender experienced.
+//
+// # Alerts
+//
+// Every EvaluateInterval the active instance compares each agent's window
+// rates with [Thresholds] (seed 000: ack rate < 95 % warning, < 90 %
+// critical; timeout rate > 5 % warning, > 10 % critical), once the agent
+// has MinSamples resolved messages in the window. Alerts are kept in the
+// store (raised_at, resolved_at), which is also the state machine, and
+// published as [AlertEvent] JSON on mesh.alert.<severity>.<agent>;
+// resolutions go out as severity "info" with state "resolved".
+// deploy/prometheus/alerts.yml states the same rules over /metrics.
+//
+// # Dead letters and escalation
+//
+// For each TIMEOUT and NACK row the active instance reads the original
+// message by stream sequence, copies it with its headers to
+// mesh.dlq.<receiver>.<priority>.<sender> (plus the Mesh-Dlq-* headers;
+// Nats-Msg-Id "<message id>:<consumer>" so a retried copy is deduplicated)
+// and, for TIMEOUT rows (and NACK rows when EscalateTerminated is set),
+// marks the receiver potentially unavailable and sends an "escalation"
+// notification envelope, priority high, to the sender's director
+// ([DirectorResolver]; by default the "director" field of the sender's
+// registry entry, else DefaultDirector). The payload is an [Escalation]:
+// the original envelope, the attempts, the NAK/TERM history and the
+// correlation chain. The row records the dead letter and escalation in the
+// same store, and the escalation's message id is derived from the row, so
+// a restart or failover never escalates a message twice.
+//
+// # High availability
+//
+// Instances sharing a store and a monitor id share the two durable
+// consumers through a pinned-client priority group: one instance is
+// pinned and receives everything; the others' pulls wait. When the pinned
+// instance stops pulling for PinnedTTL, the server pins another. Only the
+// instance holding the events pin evaluates alerts and escalates
+// ([Monitor.Active]). Several instances need a shared store: PostgreSQL,
+// or one SQLite file on one host.
+//
+// # HTTP
+//
+// [Monitor.Handler] serves / (the dashboard, embedded, polling the API
+// every 2 s), /api/v1/summary, /agents, /alerts, /escalations, /dlq,
+// /messages, /timeseries and /hourly, /metrics (Prometheus, on the
+// monitor's own registry) and /healthz.
+package ackmonitor

@@ -1,0 +1,295 @@
+package ackmonitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+// ActionEscalation is the action of the envelope the monitor sends to a
+// sender's director when a message is exhausted (seed 000: "escalate to
+// parent director").
+const ActionEscalation = agentkit.ActionEscalation
+
+// Headers the monitor adds to a dead letter; the original's headers are kept.
+const (
+	HeaderDLQReason     = "Mesh-Dlq-Reason"      // "max_deliveries" or "terminated: <TERM reason>"
+	HeaderDLQStatus     = "Mesh-Dlq-Status"      // TIMEOUT or NACK
+	HeaderDLQDeliveries = "Mesh-Dlq-Deliveries"  // delivery attempts made
+	HeaderDLQConsumer   = "Mesh-Dlq-Consumer"    // the consumer that gave up
+	HeaderDLQStreamSeq  = "Mesh-Dlq-Stream-Seq"  // the original's sequence in the message stream
+	HeaderDLQSubject    = "Mesh-Dlq-Subject"     // the original subject
+	HeaderDLQOriginalID = "Mesh-Dlq-Original-Id" // the original Nats-Msg-Id (message_id)
+)
+
+// Escalation is the payload of an escalation envelope; the type lives in
+// agentkit so directors need not import the monitor.
+type Escalation = agentkit.Escalation
+
+// DirectorResolver names the director an agent escalates to.
+type DirectorResolver interface {
+	Director(ctx context.Context, agent string) (string, error)
+}
+
+// DirectorFunc adapts a function to [DirectorResolver].
+type DirectorFunc func(ctx context.Context, agent string) (string, error)
+
+// Director calls f.
+func (f DirectorFunc) Director(ctx context.Context, agent string) (string, error) {
+	return f(ctx, agent)
+}
+
+// RegistryDirectors resolves directors from the agent registry: the JSON
+// field "director" of key <agent> in KV bucket Bucket or, failing that, of
+// the first instance key "agent.<agent>.<instance>" (agentkit's registry
+// layout); Default when the bucket, the keys or the field are missing.
+type RegistryDirectors struct {
+	JS      jetstream.JetStream
+	Bucket  string
+	Default string
+
+	mu sync.Mutex
+	kv jetstream.KeyValue
+}
+
+// Director implements [DirectorResolver].
+func (r *RegistryDirectors) Director(ctx context.Context, agent string) (string, error) {
+	r.mu.Lock()
+	kv := r.kv
+	r.mu.Unlock()
+	if kv == nil {
+		var err error
+		kv, err = r.JS.KeyValue(ctx, r.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return r.Default, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("ackmonitor: registry %s: %w", r.Bucket, err)
+		}
+		r.mu.Lock()
+		r.kv = kv
+		r.mu.Unlock()
+	}
+	if d, err := directorAt(ctx, kv, agent); d != "" || err != nil {
+		return d, err
+	}
+	lister, err := kv.ListKeysFiltered(ctx, "agent."+agent+".*")
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return "", fmt.Errorf("ackmonitor: registry %s: %w", r.Bucket, err)
+	}
+	if err == nil {
+		defer lister.Stop()
+		for key := range lister.Keys() {
+			if d, err := directorAt(ctx, kv, key); d != "" || err != nil {
+				return d, err
+			}
+		}
+	}
+	return r.Default, nil
+}
+
+// directorAt returns the "director" field of key, or "" when the key or
+// the field is missing.
+func directorAt(ctx context.Context, kv jetstream.KeyValue, key string) (string, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("ackmonitor: registry key %s: %w", key, err)
+	}
+	var rec struct {
+		Director string `json:"director"`
+	}
+	if json.Unmarshal(e.Value(), &rec) != nil {
+		return "", nil
+	}
+	return rec.Director, nil
+}
+
+// followUpLoop dead-letters and escalates final TIMEOUT and NACK rows. It
+// runs only while this instance is active; rows stay pending in the store
+// until done, so a restart or a failover resumes where it stopped.
+func (m *Monitor) followUpLoop(ctx context.Context) {
+	t := time.NewTicker(max(m.cfg.EvaluateInterval, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		case <-t.C:
+		}
+		if !m.Active() {
+			continue
+		}
+		for ctx.Err() == nil {
+			recs, err := m.cfg.Store.PendingFollowUps(ctx, 64)
+			if err != nil {
+				if ctx.Err() == nil {
+					m.cfg.Logger.Warn("pending follow-ups", "err", err)
+				}
+				break
+			}
+			failed := 0
+			for _, r := range recs {
+				if err := m.followUp(ctx, r); err != nil {
+					failed++
+					if ctx.Err() == nil {
+						m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", r.StreamSeq, "consumer", r.Consumer, "err", err)
+					}
+				}
+			}
+			if len(recs) < 64 || failed > 0 {
+				break
+			}
+		}
+	}
+}
+
+// escalationID is the deterministic message id of the escalation of one
+// row, so a retried or repeated escalation is deduplicated by the stream.
+func escalationID(r store.Record) string {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("agentmesh:escalation:"+strconv.FormatUint(r.StreamSeq, 10)+":"+r.Consumer)).String()
+}
+
+// followUp dead-letters r and, for exhausted messages (and terminated ones
+// when configured), escalates it and marks the receiver potentially
+// unavailable.
+func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	orig, err := m.mesh.GetMsg(ctx, r.StreamSeq)
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("ackmonitor: read original %d: %w", r.StreamSeq, err)
+	}
+	esc := Escalation{Reason: "max_deliveries", MessageID: r.MessageID, Sender: r.Sender, Receiver: r.Receiver,
+		Consumer: r.Consumer, Priority: r.Priority, StreamSeq: r.StreamSeq, Attempts: r.Deliveries, Naks: r.Naks,
+		Timeouts: r.Timeouts, CorrelationID: r.Correlation, WorkflowID: r.Workflow, InReplyTo: r.InReplyTo,
+		SentAt: r.SentAt, FailedAt: r.ResolvedAt, Reasons: []string{}}
+	if r.Status == store.StatusNACK {
+		esc.Reason = "terminated"
+	}
+	for _, e := range r.History {
+		switch e.Kind {
+		case store.EventNak:
+			esc.Reasons = append(esc.Reasons, fmt.Sprintf("delivery %d: NAK", e.Deliveries))
+		case store.EventTerm:
+			esc.Reasons = append(esc.Reasons, fmt.Sprintf("delivery %d: TERM %s", e.Deliveries, e.Reason))
+		case store.EventMax:
+			esc.Reasons = append(esc.Reasons, fmt.Sprintf("delivery %d: MAX_DELIVERIES", e.Deliveries))
+		}
+	}
+	hdr := nats.Header{}
+	if orig != nil {
+		esc.Subject = orig.Subject
+		for k, v := range orig.Header {
+			hdr[k] = append([]string(nil), v...)
+		}
+		if sub, err := m.cfg.Scheme.Parse(orig.Subject); err == nil {
+			esc.Sender = sub.Sender
+		}
+		h := orig.Header
+		esc.MessageID = first(esc.MessageID, h.Get(agentkit.HeaderMsgID))
+		esc.CorrelationID = first(esc.CorrelationID, h.Get(agentkit.HeaderCorrelation))
+		esc.WorkflowID = first(esc.WorkflowID, h.Get(agentkit.HeaderWorkflow))
+		esc.InReplyTo = first(esc.InReplyTo, h.Get(agentkit.HeaderInReplyTo))
+		if json.Valid(orig.Data) {
+			esc.Original = orig.Data
+		}
+		if esc.SentAt.IsZero() {
+			esc.SentAt = orig.Time.UTC()
+		}
+	}
+	if esc.Sender == "" {
+		return fmt.Errorf("ackmonitor: %d/%s: sender unknown (original gone and send not recorded yet)", r.StreamSeq, r.Consumer)
+	}
+	reason := esc.Reason
+	if r.Status == store.StatusNACK {
+		reason = "terminated: " + r.NackReason
+	}
+	dlqSubject, err := m.cfg.Scheme.DLQ(r.Receiver, r.Priority, esc.Sender)
+	if err != nil {
+		return fmt.Errorf("ackmonitor: dead-letter subject: %w", err)
+	}
+	hdr.Set(jetstream.MsgIDHeader, esc.MessageID+":"+r.Consumer)
+	hdr.Set(HeaderDLQOriginalID, esc.MessageID)
+	hdr.Set(HeaderDLQReason, reason)
+	hdr.Set(HeaderDLQStatus, r.Status)
+	hdr.Set(HeaderDLQDeliveries, strconv.Itoa(r.Deliveries))
+	hdr.Set(HeaderDLQConsumer, r.Consumer)
+	hdr.Set(HeaderDLQStreamSeq, strconv.FormatUint(r.StreamSeq, 10))
+	hdr.Set(HeaderDLQSubject, esc.Subject)
+	var data []byte
+	if orig != nil {
+		data = orig.Data
+	}
+	ack, err := m.js.PublishMsg(ctx, &nats.Msg{Subject: dlqSubject, Header: hdr, Data: data})
+	if err != nil {
+		return fmt.Errorf("ackmonitor: dead-letter %d/%s: %w", r.StreamSeq, r.Consumer, err)
+	}
+	esc.DLQSubject, esc.DLQSeq = dlqSubject, ack.Sequence
+	now := time.Now().UTC()
+	f := store.FollowUp{Key: r.Key(), DLQSeq: ack.Sequence, HandledAt: now}
+	if !ack.Duplicate {
+		m.metrics.deadLetters.WithLabelValues(r.Receiver, r.Priority).Inc()
+	}
+
+	escalate := r.Status == store.StatusTimeout || m.cfg.EscalateTerminated
+	if esc.Sender == m.cfg.MonitorID {
+		escalate = false // an escalation that failed is not escalated again
+	}
+	if r.Status == store.StatusTimeout {
+		if err := m.cfg.Store.MarkUnavailable(ctx, r.Receiver, fmt.Sprintf("message %d exhausted %d deliveries on %s", r.StreamSeq, r.Deliveries, r.Consumer), now); err != nil {
+			return err
+		}
+	}
+	if escalate {
+		director, err := m.cfg.Directors.Director(ctx, esc.Sender)
+		if err != nil {
+			return err
+		}
+		payload, err := json.Marshal(esc)
+		if err != nil {
+			return fmt.Errorf("ackmonitor: escalation payload: %w", err)
+		}
+		env := agentkit.NewEnvelope(agentkit.TypeNotification, m.cfg.MonitorID, ActionEscalation)
+		env.MessageID = escalationID(r)
+		env.ReceiverID = director
+		env.Priority = agentkit.PriorityHigh
+		env.Correlation = first(esc.CorrelationID, esc.MessageID)
+		env.WorkflowID = esc.WorkflowID
+		env.Payload = payload
+		if err := m.sender.SendEnvelope(ctx, env); err != nil {
+			return fmt.Errorf("ackmonitor: escalate %d/%s to %s: %w", r.StreamSeq, r.Consumer, director, err)
+		}
+		f.Director, f.EscalationID, f.EscalatedAt = director, env.MessageID, now
+		m.metrics.escalations.WithLabelValues(r.Receiver, r.Priority).Inc()
+		m.cfg.Logger.Info("escalated", "message_id", esc.MessageID, "receiver", r.Receiver, "sender", esc.Sender,
+			"director", director, "attempts", r.Deliveries)
+	}
+	if err := m.cfg.Store.CompleteFollowUp(ctx, f); err != nil {
+		return fmt.Errorf("ackmonitor: %w", err)
+	}
+	return nil
+}
+
+func first(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,253 @@
+package ackmonitor_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
+)
+
+func testCtx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// eventually polls cond every 20ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// storeKind names the two ledger implementations.
+type storeKind string
+
+const (
+	sqliteStore   storeKind = "sqlite"
+	postgresStore storeKind = "postgres"
+)
+
+var pgSchemaN atomic.Int64
+
+// openStore returns a fresh ledger of kind, closed when the test ends.
+// PostgreSQL needs AGENTMESH_TEST_POSTGRES_DSN (required when CI=true);
+// each test gets its own schema, dropped at the end.
+func openStore(t testing.TB, kind storeKind) store.Store {
+	t.Helper()
+	var s store.Store
+	var err error
+	switch kind {
+	case sqliteStore:
+		s, err = store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+	case postgresStore:
+		dsn := os.Getenv("AGENTMESH_TEST_POSTGRES_DSN")
+		if dsn == "" {
+			if os.Getenv("CI") == "true" {
+				t.Fatal("AGENTMESH_TEST_POSTGRES_DSN is not set and CI=true: the PostgreSQL ledger must be tested in CI")
+			}
+			t.Skip("AGENTMESH_TEST_POSTGRES_DSN is not set: skipping the PostgreSQL variant")
+		}
+		admin, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schema := fmt.Sprintf("ackmonitor_test_%d_%d", os.Getpid(), pgSchemaN.Add(1))
+		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema); err != nil {
+			t.Fatalf("create schema: %v", err)
+		}
+		t.Cleanup(func() {
+			if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
+				t.Errorf("drop schema: %v", err)
+			}
+			admin.Close()
+		})
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		s, err = store.OpenPostgres(context.Background(), u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// fastConfig is a monitor configuration with test-sized intervals.
+func fastConfig(st store.Store) ackmonitor.Config {
+	return ackmonitor.Config{
+		Store: st, PinnedTTL: time.Second, AckWait: 2 * time.Second, FetchWait: 50 * time.Millisecond,
+		EvaluateInterval: 100 * time.Millisecond, RollupInterval: 200 * time.Millisecond,
+		StatusInterval: 100 * time.Millisecond,
+	}
+}
+
+// running is a monitor running in the background.
+type running struct {
+	*ackmonitor.Monitor
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+// startMonitor runs a monitor on its own connection until stop or the end
+// of the test.
+func startMonitor(t *testing.T, s *server.Server, cfg ackmonitor.Config) *running {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ackmonitor.New(nc, cfg)
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Monitor: m, nc: nc, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- m.Run(ctx) }()
+	select {
+	case <-m.Ready():
+	case err := <-r.done:
+		t.Fatalf("monitor Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("monitor not ready")
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop cancels Run, waits for it and closes the connection.
+func (r *running) stop() {
+	r.once.Do(func() {
+		r.cancel()
+		<-r.done
+		r.nc.Close()
+	})
+}
+
+// kill closes the connection first (a crash as seen by the server), then stops.
+func (r *running) kill() {
+	r.nc.Close()
+	r.stop()
+}
+
+// mesh is an embedded server with helpers for agents.
+type mesh struct {
+	t *testing.T
+	s *server.Server
+}
+
+func newMesh(t *testing.T) *mesh { return &mesh{t: t, s: natstest.RunServer(t)} }
+
+func (m *mesh) conn() *nats.Conn { return natstest.Connect(m.t, m.s) }
+
+// agent starts an agent with handlers (none: a sender only, not started).
+func (m *mesh) agent(id string, handlers map[string]agentkit.HandlerFunc, opts ...agentkit.Option) *agentkit.Agent {
+	m.t.Helper()
+	a, err := agentkit.New(m.conn(), id, opts...)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(a.Stop)
+	if handlers == nil {
+		return a
+	}
+	for action, h := range handlers {
+		if err := a.Handle(action, h); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	if err := a.Start(testCtx(m.t)); err != nil {
+		m.t.Fatal(err)
+	}
+	return a
+}
+
+// alertLog records the alert events published on mesh.alert.>.
+type alertLog struct {
+	mu  sync.Mutex
+	got []alertMsg
+}
+
+type alertMsg struct {
+	Subject string
+	Event   ackmonitor.AlertEvent
+}
+
+func (m *mesh) watchAlerts() *alertLog {
+	l := &alertLog{}
+	nc := m.conn()
+	_, err := nc.Subscribe("mesh.alert.>", func(msg *nats.Msg) {
+		var ev ackmonitor.AlertEvent
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
+			m.t.Errorf("alert %s: %v", msg.Subject, err)
+			return
+		}
+		l.mu.Lock()
+		l.got = append(l.got, alertMsg{msg.Subject, ev})
+		l.mu.Unlock()
+	})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		m.t.Fatal(err)
+	}
+	return l
+}
+
+func (l *alertLog) find(subject, kind, state string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.got {
+		if a.Subject == subject && a.Event.Kind == kind && a.Event.State == state {
+			return true
+		}
+	}
+	return false
+}
+
+// rateOf returns the all-time rate of agent at priority.
+func rateOf(t testing.TB, st store.Store, agent, prio string) store.Rate {
+	t.Helper()
+	rates, err := st.Rates(testCtx(t), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rates {
+		if r.Agent == agent && r.Priority == prio {
+			return r
+		}
+	}
+	return store.Rate{Agent: agent, Priority: prio}
+}

@@ -1,0 +1,237 @@
+package ackmonitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// advisory is the JSON of an ack metric or a NAK, TERM or MAX_DELIVERIES
+// advisory (NATS.md §1.1); nats.go has no types for them.
+type advisory struct {
+	ID         string    `json:"id"`
+	Timestamp  time.Time `json:"timestamp"`
+	Stream     string    `json:"stream"`
+	Consumer   string    `json:"consumer"`
+	StreamSeq  uint64    `json:"stream_seq"`
+	AckTime    int64     `json:"ack_time"` // ns
+	Deliveries uint64    `json:"deliveries"`
+	Reason     string    `json:"reason"`
+}
+
+var eventKinds = map[subjects.EventKind]store.EventKind{
+	subjects.EventAck:           store.EventAck,
+	subjects.EventNak:           store.EventNak,
+	subjects.EventTerminated:    store.EventTerm,
+	subjects.EventMaxDeliveries: store.EventMax,
+}
+
+// parseEvent turns a MESH_EVENTS message into a ledger event; ok is false
+// for messages the ledger ignores.
+func (m *Monitor) parseEvent(msg jetstream.Msg) (store.Event, bool) {
+	ev, err := subjects.ParseEvent(msg.Subject())
+	if err != nil || ev.Stream != m.cfg.Scheme.Stream() {
+		return store.Event{}, false
+	}
+	var a advisory
+	if err := json.Unmarshal(msg.Data(), &a); err != nil {
+		m.cfg.Logger.Warn("undecodable consumer event", "subject", msg.Subject(), "err", err)
+		return store.Event{}, false
+	}
+	agent, prio, err := m.cfg.Scheme.ParseConsumer(ev.Consumer)
+	if err != nil {
+		return store.Event{}, false // not an agent consumer (e.g. the monitor's own)
+	}
+	id := a.ID
+	if id == "" {
+		// The events stream sequence identifies the event as well.
+		if md, err := msg.Metadata(); err == nil {
+			id = "events-seq-" + strconv.FormatUint(md.Sequence.Stream, 10)
+		}
+	}
+	return store.Event{ID: id, Kind: eventKinds[ev.Kind], Consumer: ev.Consumer, Receiver: agent, Priority: prio,
+		StreamSeq: a.StreamSeq, Deliveries: a.Deliveries, AckTime: time.Duration(a.AckTime), Reason: a.Reason,
+		At: a.Timestamp.UTC()}, true
+}
+
+// parseSend turns a headers-only MESH message into a send record.
+func (m *Monitor) parseSend(msg jetstream.Msg) (store.Send, bool) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return store.Send{}, false
+	}
+	sub, err := m.cfg.Scheme.Parse(msg.Subject())
+	if err != nil {
+		return store.Send{}, false
+	}
+	h := msg.Headers()
+	s := store.Send{StreamSeq: md.Sequence.Stream, MessageID: h.Get(agentkit.HeaderMsgID), Sender: sub.Sender,
+		Kind: string(sub.Kind), Priority: sub.Priority, MessageType: h.Get(agentkit.HeaderType),
+		Action: h.Get(agentkit.HeaderAction), Correlation: h.Get(agentkit.HeaderCorrelation),
+		Workflow: h.Get(agentkit.HeaderWorkflow), InReplyTo: h.Get(agentkit.HeaderInReplyTo), SentAt: md.Timestamp.UTC()}
+	switch sub.Kind {
+	case subjects.KindDirect:
+		s.Receiver = sub.Receiver
+	case subjects.KindTopic:
+		s.Topic = sub.Topic
+	}
+	return s, true
+}
+
+func (m *Monitor) eventsBatch(msgs []jetstream.Msg) (store.Batch, []string) {
+	var b store.Batch
+	kinds := make([]string, len(msgs))
+	for i, msg := range msgs {
+		if e, ok := m.parseEvent(msg); ok {
+			b.Events = append(b.Events, e)
+			kinds[i] = string(e.Kind)
+		} else {
+			kinds[i] = "ignored"
+		}
+	}
+	return b, kinds
+}
+
+func (m *Monitor) sendsBatch(msgs []jetstream.Msg) (store.Batch, []string) {
+	var b store.Batch
+	kinds := make([]string, len(msgs))
+	for i, msg := range msgs {
+		if s, ok := m.parseSend(msg); ok {
+			b.Sends = append(b.Sends, s)
+			kinds[i] = "send"
+		} else {
+			kinds[i] = "ignored"
+		}
+	}
+	return b, kinds
+}
+
+// intake pulls batches from cons (in the pinned priority group), writes
+// each batch in one store transaction and acks its messages only after
+// the commit. A failed write NAKs the batch for redelivery; the ledger's
+// idempotency makes the retry safe.
+func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) (store.Batch, []string)) {
+	isEvents := cons == m.events
+	for ctx.Err() == nil {
+		msgs, err := m.fetch(ctx, cons)
+		if err != nil && len(msgs) > 0 {
+			m.cfg.Logger.Warn("fetch ended early", "consumer", cons.CachedInfo().Name, "n", len(msgs), "err", err)
+		} else if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, jetstream.ErrPinIDMismatch) {
+				m.cfg.Logger.Warn("fetch", "consumer", cons.CachedInfo().Name, "err", err)
+			}
+			sleep(ctx, m.cfg.FetchWait)
+			continue
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if isEvents {
+			if pin := msgs[len(msgs)-1].Headers().Get("Nats-Pin-Id"); pin != "" {
+				m.eventPin.Store(pin)
+			}
+		}
+		b, kinds := toBatch(msgs)
+		applied, err := m.apply(ctx, b)
+		if err != nil {
+			m.cfg.Logger.Error("ledger write failed; batch will be redelivered", "n", len(msgs), "err", err)
+			for _, msg := range msgs {
+				_ = msg.NakWithDelay(time.Second)
+			}
+			sleep(ctx, time.Second)
+			continue
+		}
+		for _, msg := range msgs {
+			_ = msg.Ack() // a lost ack means a redelivery, which the ledger ignores
+		}
+		for _, k := range kinds {
+			m.metrics.events.WithLabelValues(k).Inc()
+		}
+		m.applied.Add(uint64(len(msgs)))
+		m.metrics.batches.Inc()
+		m.metrics.observe(applied)
+		var newest time.Time
+		for _, e := range b.Events {
+			newest = maxTime(newest, e.At)
+		}
+		for _, s := range b.Sends {
+			newest = maxTime(newest, s.SentAt)
+		}
+		if !newest.IsZero() {
+			lag := time.Since(newest)
+			m.lastLag.Store(int64(lag))
+			m.metrics.lag.Set(lag.Seconds())
+		}
+		for _, r := range applied.Resolved {
+			if r.Status == store.StatusTimeout || r.Status == store.StatusNACK {
+				m.wake()
+				break
+			}
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// apply writes b, retrying on the monitor's shutdown-independent context
+// so a commit in flight is not cut off half way by ctx.
+func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, error) {
+	if len(b.Sends) == 0 && len(b.Events) == 0 {
+		return store.Applied{}, nil
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	a, err := m.cfg.Store.Apply(c, b)
+	if err != nil {
+		return a, fmt.Errorf("ackmonitor: apply: %w", err)
+	}
+	return a, nil
+}
+
+// fetch returns the next batch: up to BatchSize messages, waiting at most
+// FetchWait for them.
+func (m *Monitor) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+	if cons == m.events {
+		m.lastPull.Store(time.Now().UnixNano())
+	}
+	fctx, cancel := context.WithTimeout(ctx, m.cfg.FetchWait)
+	defer cancel()
+	batch, err := cons.Fetch(m.cfg.BatchSize, jetstream.FetchContext(fctx), jetstream.FetchPriorityGroup(m.cfg.PriorityGroup))
+	if err != nil {
+		return nil, err
+	}
+	var msgs []jetstream.Msg
+	for msg := range batch.Messages() {
+		msgs = append(msgs, msg)
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return msgs, err
+	}
+	return msgs, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,266 @@
+package ackmonitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+// ErrAlreadyRunning is returned by a second call of [Monitor.Run].
+var ErrAlreadyRunning = errors.New("ackmonitor: Run called twice")
+
+// Monitor is the ack monitor: it turns the mesh's sends and consumer events
+// into the ledger, rates, alerts, dead letters and escalations, and serves
+// them over HTTP ([Monitor.Handler]). Create it with [New] and run it with
+// [Monitor.Run]. Its methods are safe for concurrent use.
+type Monitor struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	sender  *agentkit.Agent
+	metrics *metrics
+	started time.Time
+
+	mu       sync.Mutex
+	running  bool
+	mesh     jetstream.Stream
+	events   jetstream.Consumer
+	sends    jetstream.Consumer
+	eventPin atomic.Value // string: the last Nats-Pin-Id seen on the events consumer
+	active   atomic.Bool
+	lastPull atomic.Int64 // UnixNano when the events intake last sent a pull request
+	pinnedAt time.Time    // when refreshStatus first saw this instance pinned; statusLoop only
+	ready    chan struct{}
+	kick     chan struct{} // wakes the follow-up loop
+	applied  atomic.Uint64 // stream messages committed to the ledger
+	lastLag  atomic.Int64  // ns
+}
+
+// Events consumer and sends consumer names are derived from MonitorID.
+func (m *Monitor) eventsConsumerName() string { return m.cfg.MonitorID + "_events" }
+func (m *Monitor) sendsConsumerName() string  { return m.cfg.MonitorID + "_sends" }
+
+// New returns a monitor using nc, which the caller dialled and closes after
+// Run returns. It validates cfg and starts nothing.
+func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil *nats.Conn", ErrInvalidConfig)
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("ackmonitor: jetstream: %w", err)
+	}
+	sender, err := agentkit.New(nc, cfg.MonitorID, agentkit.WithScheme(cfg.Scheme), agentkit.WithLogger(cfg.Logger),
+		agentkit.WithReplicas(cfg.Replicas))
+	if err != nil {
+		return nil, fmt.Errorf("ackmonitor: %w", err)
+	}
+	if cfg.Directors == nil {
+		cfg.Directors = &RegistryDirectors{JS: js, Bucket: cfg.Scheme.RegistryBucket(), Default: cfg.DefaultDirector}
+	}
+	m := &Monitor{cfg: cfg, nc: nc, js: js, sender: sender, metrics: newMetrics(), ready: make(chan struct{}),
+		kick: make(chan struct{}, 1), started: time.Now()}
+	m.eventPin.Store("")
+	return m, nil
+}
+
+// Ready is closed once Run has provisioned the streams and consumers and
+// started consuming.
+func (m *Monitor) Ready() <-chan struct{} { return m.ready }
+
+// Active reports whether this instance holds the pin of the events
+// consumer, so it is the one evaluating alerts and escalating. It is a
+// lease: the last status check saw this instance pinned, and its events
+// intake sent a pull request less than PinnedTTL/2 ago. The server moves
+// the pin only after PinnedTTL without pulls, so an instance that stalls
+// steps down before another can be pinned, and a newly pinned instance
+// waits two status intervals before acting.
+func (m *Monitor) Active() bool {
+	return m.active.Load() && time.Since(time.Unix(0, m.lastPull.Load())) < m.cfg.PinnedTTL/2
+}
+
+// Run provisions streams and consumers, then consumes until ctx is done;
+// it returns nil after a clean shutdown, having stopped every goroutine it
+// started. Run may be called once.
+func (m *Monitor) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.running {
+		m.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	m.running = true
+	m.mu.Unlock()
+	defer m.sender.Stop()
+
+	if err := m.provision(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { m.intake(ctx, m.events, m.eventsBatch) })
+	wg.Go(func() { m.intake(ctx, m.sends, m.sendsBatch) })
+	wg.Go(func() { m.statusLoop(ctx) })
+	wg.Go(func() { m.alertLoop(ctx) })
+	wg.Go(func() { m.followUpLoop(ctx) })
+	wg.Go(func() { m.rollupLoop(ctx) })
+	close(m.ready)
+	m.cfg.Logger.Info("ack monitor running", "id", m.cfg.MonitorID, "stream", m.cfg.Scheme.Stream())
+	<-ctx.Done()
+	wg.Wait()
+	m.active.Store(false)
+	m.metrics.active.Set(0)
+	m.cfg.Logger.Info("ack monitor stopped", "id", m.cfg.MonitorID)
+	return nil
+}
+
+// provision creates the streams and the monitor's consumers unless they exist.
+func (m *Monitor) provision(ctx context.Context) error {
+	s := m.cfg.Scheme
+	if err := agentkit.EnsureStream(ctx, m.js, agentkit.StreamConfig(s, m.cfg.Replicas)); err != nil {
+		return fmt.Errorf("ackmonitor: %w", err)
+	}
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: s.EventsStream(), Description: "agentmesh consumer advisories and ack metrics of " + s.Stream(),
+			Subjects: s.EventsSubjects(), Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
+			MaxAge: m.cfg.EventsMaxAge, Replicas: m.cfg.Replicas},
+		{Name: s.DLQStream(), Description: "agentmesh dead letters", Subjects: s.DLQSubjects(),
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: m.cfg.DLQMaxAge,
+			Duplicates: 2 * time.Minute, Replicas: m.cfg.Replicas},
+	} {
+		if err := agentkit.EnsureStream(ctx, m.js, cfg); err != nil {
+			return fmt.Errorf("ackmonitor: %w", err)
+		}
+	}
+	mesh, err := m.js.Stream(ctx, s.Stream())
+	if err != nil {
+		return fmt.Errorf("ackmonitor: stream %s: %w", s.Stream(), err)
+	}
+	common := func(name, desc string) jetstream.ConsumerConfig {
+		return jetstream.ConsumerConfig{
+			Durable: name, Description: desc, DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: m.cfg.AckWait, MaxDeliver: -1,
+			MaxAckPending: 4 * m.cfg.BatchSize, PriorityPolicy: jetstream.PriorityPolicyPinned,
+			PriorityGroups: []string{m.cfg.PriorityGroup}, PinnedTTL: m.cfg.PinnedTTL,
+		}
+	}
+	events, err := m.js.CreateOrUpdateConsumer(ctx, s.EventsStream(), common(m.eventsConsumerName(), "ack monitor: consumer events"))
+	if err != nil {
+		return fmt.Errorf("ackmonitor: consumer on %s: %w", s.EventsStream(), err)
+	}
+	sc := common(m.sendsConsumerName(), "ack monitor: every send (headers only)")
+	sc.HeadersOnly = true
+	sends, err := m.js.CreateOrUpdateConsumer(ctx, s.Stream(), sc)
+	if err != nil {
+		return fmt.Errorf("ackmonitor: consumer on %s: %w", s.Stream(), err)
+	}
+	m.mu.Lock()
+	m.mesh, m.events, m.sends = mesh, events, sends
+	m.mu.Unlock()
+	return nil
+}
+
+// statusLoop checks whether this instance holds the events pin and
+// refreshes the lag gauges.
+func (m *Monitor) statusLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.StatusInterval)
+	defer t.Stop()
+	for {
+		m.refreshStatus(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Monitor) refreshStatus(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	active := false
+	for _, c := range []jetstream.Consumer{m.events, m.sends} {
+		info, err := c.Info(ctx)
+		if err != nil {
+			// An instance that cannot reach the server cannot know it is
+			// still pinned: it steps down.
+			if ctx.Err() == nil {
+				m.cfg.Logger.Warn("consumer info", "err", err)
+			}
+			continue
+		}
+		m.metrics.pending.WithLabelValues(info.Name).Set(float64(info.NumPending + uint64(info.NumAckPending)))
+		if c != m.events {
+			continue
+		}
+		pin := m.eventPin.Load().(string)
+		for _, g := range info.PriorityGroups {
+			if g.Group == m.cfg.PriorityGroup && pin != "" && g.PinnedClientID == pin {
+				active = true
+			}
+		}
+	}
+	// Step down at once; step up only after holding the pin for two status
+	// intervals, by which time a previous holder has seen the new pin in
+	// its own status check and stepped down.
+	switch {
+	case !active:
+		m.pinnedAt = time.Time{}
+	case m.pinnedAt.IsZero():
+		m.pinnedAt = time.Now()
+		active = false
+	case time.Since(m.pinnedAt) < 2*m.cfg.StatusInterval:
+		active = false
+	}
+	if was := m.active.Swap(active); was != active {
+		m.cfg.Logger.Info("ack monitor role changed", "id", m.cfg.MonitorID, "active", active)
+		if active {
+			m.wake()
+		}
+	}
+	if m.Active() {
+		m.metrics.active.Set(1)
+	} else {
+		m.metrics.active.Set(0)
+	}
+}
+
+func (m *Monitor) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Monitor) rollupLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.RollupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			// A last rollup so the hourly table is current at shutdown.
+			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := m.cfg.Store.Rollup(c); err != nil {
+				m.cfg.Logger.Warn("final rollup", "err", err)
+			}
+			cancel()
+			return
+		case <-t.C:
+			if err := m.cfg.Store.Rollup(ctx); err != nil && ctx.Err() == nil {
+				m.cfg.Logger.Warn("rollup", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package store
+
+// migrations are applied in order, each once, recorded in
+// schema_migrations. The SQL is shared by SQLite and PostgreSQL: BIGINT
+// Unix-microsecond times, TEXT, DOUBLE PRECISION and ON CONFLICT upserts
+// mean the same in both. Append new versions; never edit an applied one.
+var migrations = []string{
+	// 1: the ledger of seed 000, keyed by (stream_seq, consumer).
+	`CREATE TABLE message_sends (
+		stream_seq            BIGINT PRIMARY KEY,
+		message_id            TEXT NOT NULL,
+		sender_agent          TEXT NOT NULL,
+		receiver_agent        TEXT NOT NULL DEFAULT '',
+		topic                 TEXT NOT NULL DEFAULT '',
+		kind                  TEXT NOT NULL,
+		priority              TEXT NOT NULL,
+		message_type          TEXT NOT NULL DEFAULT '',
+		action                TEXT NOT NULL DEFAULT '',
+		correlation_id        TEXT NOT NULL DEFAULT '',
+		workflow_execution_id TEXT NOT NULL DEFAULT '',
+		in_reply_to           TEXT NOT NULL DEFAULT '',
+		sent_at               BIGINT NOT NULL
+	);
+	CREATE INDEX idx_sends_message_id ON message_sends (message_id);
+	CREATE TABLE message_acknowledgments (
+		stream_seq            BIGINT NOT NULL,
+		consumer              TEXT NOT NULL,
+		message_id            TEXT NOT NULL DEFAULT '',
+		sender_agent          TEXT NOT NULL DEFAULT '',
+		receiver_agent        TEXT NOT NULL,
+		workflow_execution_id TEXT NOT NULL DEFAULT '',
+		correlation_id        TEXT NOT NULL DEFAULT '',
+		in_reply_to           TEXT NOT NULL DEFAULT '',
+		priority              TEXT NOT NULL DEFAULT 'normal',
+		sent_at               BIGINT,
+		acknowledged_at       BIGINT,
+		resolved_at           BIGINT,
+		ack_status            TEXT,
+		nack_reason           TEXT NOT NULL DEFAULT '',
+		retry_count           INTEGER NOT NULL DEFAULT 0,
+		deliveries            INTEGER NOT NULL DEFAULT 0,
+		naks                  INTEGER NOT NULL DEFAULT 0,
+		timeouts              INTEGER NOT NULL DEFAULT 0,
+		processing_time_ms    DOUBLE PRECISION,
+		history               TEXT NOT NULL DEFAULT '[]',
+		handled_at            BIGINT,
+		escalated_at          BIGINT,
+		director              TEXT NOT NULL DEFAULT '',
+		escalation_id         TEXT NOT NULL DEFAULT '',
+		dlq_seq               BIGINT,
+		created_at            BIGINT NOT NULL,
+		PRIMARY KEY (stream_seq, consumer)
+	);
+	CREATE INDEX idx_ack_sender_receiver ON message_acknowledgments (sender_agent, receiver_agent);
+	CREATE INDEX idx_ack_workflow ON message_acknowledgments (workflow_execution_id);
+	CREATE INDEX idx_ack_status ON message_acknowledgments (ack_status, sent_at);
+	CREATE INDEX idx_ack_receiver ON message_acknowledgments (receiver_agent, priority, sent_at);
+	CREATE INDEX idx_ack_resolved ON message_acknowledgments (resolved_at);
+	CREATE INDEX idx_ack_sent ON message_acknowledgments (sent_at);
+	CREATE INDEX idx_ack_message_id ON message_acknowledgments (message_id);
+	CREATE INDEX idx_ack_followup ON message_acknowledgments (handled_at, ack_status);
+	CREATE TABLE acknowledgment_metrics (
+		agent_id              TEXT NOT NULL,
+		priority              TEXT NOT NULL,
+		hour_bucket           BIGINT NOT NULL,
+		messages_sent         INTEGER NOT NULL DEFAULT 0,
+		messages_acknowledged INTEGER NOT NULL DEFAULT 0,
+		messages_timeout      INTEGER NOT NULL DEFAULT 0,
+		messages_nack         INTEGER NOT NULL DEFAULT 0,
+		avg_ack_time_ms       DOUBLE PRECISION,
+		PRIMARY KEY (agent_id, priority, hour_bucket)
+	);
+	CREATE TABLE metrics_dirty (
+		agent_id    TEXT NOT NULL,
+		priority    TEXT NOT NULL,
+		hour_bucket BIGINT NOT NULL,
+		gen         BIGINT NOT NULL DEFAULT 0,
+		PRIMARY KEY (agent_id, priority, hour_bucket)
+	);
+	CREATE TABLE alerts (
+		id          TEXT PRIMARY KEY,
+		agent       TEXT NOT NULL,
+		kind        TEXT NOT NULL,
+		severity    TEXT NOT NULL,
+		value       DOUBLE PRECISION NOT NULL,
+		threshold   DOUBLE PRECISION NOT NULL,
+		samples     BIGINT NOT NULL,
+		raised_at   BIGINT NOT NULL,
+		resolved_at BIGINT
+	);
+	CREATE INDEX idx_alerts_raised ON alerts (raised_at);
+	CREATE TABLE agent_health (
+		agent             TEXT PRIMARY KEY,
+		unavailable_since BIGINT,
+		reason            TEXT NOT NULL DEFAULT '',
+		updated_at        BIGINT NOT NULL
+	);`,
+}

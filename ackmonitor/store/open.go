@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+)
+
+// SQLiteFile is the ledger's file name in the data directory.
+const SQLiteFile = "ackmonitor.db"
+
+// OpenSQLite opens (creating if needed) the SQLite ledger at path, a file
+// name or a directory (then [SQLiteFile] inside it), in WAL mode, and
+// brings its schema up to date. The driver is pure Go (modernc.org/sqlite).
+func OpenSQLite(ctx context.Context, path string) (Store, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		path = filepath.Join(path, SQLiteFile)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("store: sqlite dir: %w", err)
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
+	}
+	return newSQLStore(ctx, db, dialect{name: "sqlite", serialWrites: true})
+}
+
+// OpenPostgres connects to PostgreSQL with dsn (a URL or key=value string;
+// add search_path=... to use a schema other than public) and brings the
+// schema up to date. Concurrent monitors migrate one at a time (advisory
+// lock).
+func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open postgres: %w", err)
+	}
+	db.SetMaxOpenConns(8)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open postgres: %w", err)
+	}
+	return newSQLStore(ctx, db, dialect{
+		name:          "postgres",
+		dollar:        true,
+		forUpdate:     " FOR UPDATE",
+		migrationLock: "SELECT pg_advisory_xact_lock(4242424242)",
+	})
+}

@@ -1,0 +1,356 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// Statuses of a ledger row (ack_status). A row without a final outcome yet
+// has the empty status ("pending").
+const (
+	StatusPending = ""
+	StatusACK     = "ACK"     // acked by the receiver
+	StatusNACK    = "NACK"    // terminated by the receiver (agentkit.Reject, invalid envelope)
+	StatusTimeout = "TIMEOUT" // delivery attempts exhausted (MAX_DELIVERIES)
+)
+
+// EventKind is the kind of a consumer event.
+type EventKind string
+
+// The consumer events the ledger is built from.
+const (
+	EventAck  EventKind = "ACK"            // ack metric (sampled ack)
+	EventNak  EventKind = "NAK"            // MSG_NAKED advisory: redelivery requested
+	EventTerm EventKind = "TERM"           // MSG_TERMINATED advisory
+	EventMax  EventKind = "MAX_DELIVERIES" // MAX_DELIVERIES advisory
+)
+
+// Sentinel errors.
+var (
+	// ErrNotFound is returned when a requested row does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrClosed is returned by calls on a closed store.
+	ErrClosed = errors.New("store: closed")
+	// ErrMigration wraps failures to bring the schema up to date.
+	ErrMigration = errors.New("store: migration failed")
+)
+
+// Send is one message stored in the MESH stream, as the monitor's
+// headers-only consumer saw it.
+type Send struct {
+	StreamSeq   uint64
+	MessageID   string
+	Sender      string
+	Receiver    string // direct messages only
+	Topic       string // topic messages only
+	Kind        string // "agent", "topic" or "broadcast"
+	Priority    string
+	MessageType string
+	Action      string
+	Correlation string
+	Workflow    string
+	InReplyTo   string
+	SentAt      time.Time // the stream's timestamp
+}
+
+// Consumer returns the consumer (ledger key) of a direct message's
+// receiver, or "" for topic and broadcast messages.
+func (s Send) Consumer() string {
+	if s.Kind != "agent" || s.Receiver == "" {
+		return ""
+	}
+	return s.Receiver + "_" + s.Priority
+}
+
+// Event is one consumer event of the MESH stream.
+type Event struct {
+	ID         string    `json:"id"` // the advisory's unique id
+	Kind       EventKind `json:"kind"`
+	Consumer   string    `json:"-"`
+	Receiver   string    `json:"-"` // the consumer's agent
+	Priority   string    `json:"-"` // the consumer's priority
+	StreamSeq  uint64    `json:"-"`
+	Deliveries uint64    `json:"deliveries"`
+	// AckTime is the ack metric's ack_time: from the latest (re)delivery (or
+	// InProgress/NAK-delay reset) to the ack. Zero for other kinds.
+	AckTime time.Duration `json:"ack_time_ns,omitzero"`
+	Reason  string        `json:"reason,omitempty"` // TERM reason
+	At      time.Time     `json:"at"`               // the server's event timestamp
+}
+
+// Key identifies a ledger row.
+type Key struct {
+	StreamSeq uint64
+	Consumer  string
+}
+
+// Record is one ledger row (message_acknowledgments).
+type Record struct {
+	StreamSeq   uint64 `json:"stream_seq"`
+	Consumer    string `json:"consumer"`
+	MessageID   string `json:"message_id"`
+	Sender      string `json:"sender_agent"`
+	Receiver    string `json:"receiver_agent"`
+	Priority    string `json:"priority"`
+	Workflow    string `json:"workflow_execution_id,omitempty"`
+	Correlation string `json:"correlation_id,omitempty"`
+	InReplyTo   string `json:"in_reply_to,omitempty"`
+
+	SentAt         time.Time `json:"sent_at,omitzero"`         // zero until the send is recorded
+	AcknowledgedAt time.Time `json:"acknowledged_at,omitzero"` // ACK or NACK time
+	ResolvedAt     time.Time `json:"resolved_at,omitzero"`     // time the status became final
+	Status         string    `json:"ack_status"`
+	NackReason     string    `json:"nack_reason,omitempty"`
+	Deliveries     int       `json:"deliveries"`
+	RetryCount     int       `json:"retry_count"` // deliveries − 1
+	Naks           int       `json:"naks"`
+	Timeouts       int       `json:"timeouts"`
+	// ProcessingTime is the ack metric's ack_time of the acking delivery
+	// (seed 000's processing_time_ms).
+	ProcessingTime time.Duration `json:"processing_time_ns,omitzero"`
+	History        []Event       `json:"history"`
+
+	HandledAt    time.Time `json:"handled_at,omitzero"`   // dead-lettering/escalation done
+	EscalatedAt  time.Time `json:"escalated_at,omitzero"` // escalation sent
+	Director     string    `json:"director,omitempty"`
+	DLQSeq       uint64    `json:"dlq_seq,omitempty"`
+	EscalationID string    `json:"escalation_id,omitempty"`
+}
+
+// Key returns the row's key.
+func (r *Record) Key() Key { return Key{r.StreamSeq, r.Consumer} }
+
+// Latency returns sent_at → acknowledged_at, or 0 when either is unknown.
+func (r *Record) Latency() time.Duration {
+	if r.SentAt.IsZero() || r.AcknowledgedAt.IsZero() {
+		return 0
+	}
+	return r.AcknowledgedAt.Sub(r.SentAt)
+}
+
+// Final reports whether the row has its final status.
+func (r *Record) Final() bool { return r.Status != StatusPending }
+
+// recompute derives every outcome field from the history. Rules:
+//   - naks = number of NAK events; deliveries = the largest delivery count seen;
+//   - the final event is the ACK, TERM or MAX_DELIVERIES with the most
+//     deliveries (ties: the later one): ACK → ACK, TERM → NACK (reason kept),
+//     MAX_DELIVERIES → TIMEOUT, even when the last attempt was NAKed (the
+//     message was never handled: it is exhausted);
+//   - timeouts = redeliveries not caused by a NAK: deliveries − 1 − naks,
+//     and for an exhausted message the last attempt counts too unless NAKed
+//     (deliveries − naks); never negative.
+func (r *Record) recompute() {
+	r.Naks, r.Deliveries = 0, 0
+	var final *Event
+	for i := range r.History {
+		e := &r.History[i]
+		r.Deliveries = max(r.Deliveries, int(e.Deliveries))
+		if e.Kind == EventNak {
+			r.Naks++
+			continue
+		}
+		if final == nil || e.Deliveries > final.Deliveries || e.Deliveries == final.Deliveries && e.At.After(final.At) {
+			final = e
+		}
+	}
+	r.RetryCount = max(r.Deliveries-1, 0)
+	r.Status, r.NackReason, r.ProcessingTime = StatusPending, "", 0
+	r.AcknowledgedAt, r.ResolvedAt = time.Time{}, time.Time{}
+	r.Timeouts = max(r.Deliveries-1-r.Naks, 0)
+	if final == nil {
+		return
+	}
+	r.ResolvedAt = final.At
+	switch final.Kind {
+	case EventAck:
+		r.Status, r.AcknowledgedAt, r.ProcessingTime = StatusACK, final.At, final.AckTime
+	case EventTerm:
+		r.Status, r.AcknowledgedAt, r.NackReason = StatusNACK, final.At, final.Reason
+	case EventMax:
+		r.Status = StatusTimeout
+		r.Timeouts = max(r.Deliveries-r.Naks, 0)
+	}
+}
+
+// addEvent appends e unless an event with its id is in the history; it
+// reports whether e was new.
+func (r *Record) addEvent(e Event) bool {
+	if slices.ContainsFunc(r.History, func(h Event) bool { return h.ID == e.ID }) {
+		return false
+	}
+	r.History = append(r.History, e)
+	slices.SortStableFunc(r.History, func(a, b Event) int { return a.At.Compare(b.At) })
+	return true
+}
+
+// Batch is what [Store.Apply] writes in one transaction.
+type Batch struct {
+	Sends  []Send
+	Events []Event
+}
+
+// Applied reports what a batch changed; replays report nothing.
+type Applied struct {
+	// NewSends are the sends not recorded before.
+	NewSends []Send
+	// NewEvents are the events not applied before.
+	NewEvents []Event
+	// Resolved are the rows that reached their final status in this batch.
+	Resolved []Record
+}
+
+// Rate aggregates one receiver and priority over a window: outcomes
+// resolved in the window, sends made in it.
+type Rate struct {
+	Agent        string  `json:"agent"`
+	Priority     string  `json:"priority"`
+	Sent         int64   `json:"sent"`
+	Acked        int64   `json:"acked"`
+	Nacked       int64   `json:"nacked"`
+	TimedOut     int64   `json:"timed_out"`
+	Pending      int64   `json:"pending"`
+	Naks         int64   `json:"naks"`
+	Timeouts     int64   `json:"delivery_timeouts"`
+	AvgAckTimeMS float64 `json:"avg_ack_time_ms"` // mean ack metric ack_time of ACKs
+	AvgLatencyMS float64 `json:"avg_latency_ms"`  // mean sent_at → acknowledged_at of ACKs
+}
+
+// Resolved returns the number of messages with a final outcome.
+func (r Rate) Resolved() int64 { return r.Acked + r.Nacked + r.TimedOut }
+
+func ratio(n, d int64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return float64(n) / float64(d)
+}
+
+// AckRate returns ACKs / resolved messages (0 without samples).
+func (r Rate) AckRate() float64 { return ratio(r.Acked, r.Resolved()) }
+
+// NackRate returns NACKs / resolved messages.
+func (r Rate) NackRate() float64 { return ratio(r.Nacked, r.Resolved()) }
+
+// TimeoutRate returns TIMEOUTs / resolved messages.
+func (r Rate) TimeoutRate() float64 { return ratio(r.TimedOut, r.Resolved()) }
+
+// Merge adds o's counts to r (averages weighted by ACK counts).
+func (r Rate) Merge(o Rate) Rate {
+	if a := r.Acked + o.Acked; a > 0 {
+		r.AvgAckTimeMS = (r.AvgAckTimeMS*float64(r.Acked) + o.AvgAckTimeMS*float64(o.Acked)) / float64(a)
+		r.AvgLatencyMS = (r.AvgLatencyMS*float64(r.Acked) + o.AvgLatencyMS*float64(o.Acked)) / float64(a)
+	}
+	r.Sent += o.Sent
+	r.Acked += o.Acked
+	r.Nacked += o.Nacked
+	r.TimedOut += o.TimedOut
+	r.Pending += o.Pending
+	r.Naks += o.Naks
+	r.Timeouts += o.Timeouts
+	return r
+}
+
+// HourlyMetric is one acknowledgment_metrics row: messages sent to agent
+// at priority during the hour starting at Hour.
+type HourlyMetric struct {
+	Agent        string    `json:"agent_id"`
+	Priority     string    `json:"priority"`
+	Hour         time.Time `json:"hour_bucket"`
+	Sent         int64     `json:"messages_sent"`
+	Acked        int64     `json:"messages_acknowledged"`
+	TimedOut     int64     `json:"messages_timeout"`
+	Nacked       int64     `json:"messages_nack"`
+	AvgAckTimeMS float64   `json:"avg_ack_time_ms"`
+}
+
+// Point is one step of a time series of resolved outcomes.
+type Point struct {
+	At           time.Time `json:"at"`
+	Acked        int64     `json:"acked"`
+	Nacked       int64     `json:"nacked"`
+	TimedOut     int64     `json:"timed_out"`
+	AvgAckTimeMS float64   `json:"avg_ack_time_ms"`
+}
+
+// Query selects ledger rows for [Store.Messages]; zero fields do not filter.
+type Query struct {
+	Receiver   string
+	Status     string
+	Escalated  bool // only rows with an escalation
+	DeadLetter bool // only rows copied to the DLQ
+	Limit      int  // default 100
+}
+
+// FollowUp is the result of dead-lettering and escalating a row.
+type FollowUp struct {
+	Key          Key
+	DLQSeq       uint64
+	Director     string
+	EscalationID string
+	EscalatedAt  time.Time // zero when not escalated
+	HandledAt    time.Time
+}
+
+// Alert is one raised alert; it stays in the store after it is resolved.
+type Alert struct {
+	ID         string    `json:"id"`
+	Agent      string    `json:"agent"`
+	Kind       string    `json:"kind"`     // "ack_rate" or "timeout_rate"
+	Severity   string    `json:"severity"` // "warning" or "critical"
+	Value      float64   `json:"value"`
+	Threshold  float64   `json:"threshold"`
+	Samples    int64     `json:"samples"`
+	RaisedAt   time.Time `json:"raised_at"`
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+}
+
+// Active reports whether the alert is not resolved.
+func (a Alert) Active() bool { return a.ResolvedAt.IsZero() }
+
+// AgentHealth is the monitor's view of an agent's availability.
+type AgentHealth struct {
+	Agent            string    `json:"agent"`
+	UnavailableSince time.Time `json:"unavailable_since,omitzero"` // zero: available
+	Reason           string    `json:"reason,omitempty"`
+	UpdatedAt        time.Time `json:"updated_at"`
+}
+
+// Store is the ledger. Implementations are safe for concurrent use.
+type Store interface {
+	// Apply records sends and events in one transaction; replays are no-ops.
+	Apply(ctx context.Context, b Batch) (Applied, error)
+	// Get returns one ledger row or [ErrNotFound].
+	Get(ctx context.Context, k Key) (Record, error)
+	// Messages returns ledger rows, newest first.
+	Messages(ctx context.Context, q Query) ([]Record, error)
+	// Rates aggregates per receiver and priority since the given time
+	// (the zero time: everything).
+	Rates(ctx context.Context, since time.Time) ([]Rate, error)
+	// Series returns resolved outcomes since the given time in steps,
+	// optionally for one receiver.
+	Series(ctx context.Context, agent string, since time.Time, step time.Duration) ([]Point, error)
+	// Rollup brings acknowledgment_metrics up to date for every hour that
+	// changed since the last rollup.
+	Rollup(ctx context.Context) error
+	// Hourly returns acknowledgment_metrics rows from the given hour on.
+	Hourly(ctx context.Context, since time.Time) ([]HourlyMetric, error)
+	// PendingFollowUps returns final TIMEOUT and NACK rows not yet
+	// dead-lettered, oldest first.
+	PendingFollowUps(ctx context.Context, limit int) ([]Record, error)
+	// CompleteFollowUp records the dead letter and escalation of a row.
+	CompleteFollowUp(ctx context.Context, f FollowUp) error
+	// MarkUnavailable marks agent potentially unavailable since at; a later
+	// ACK from the agent (in Apply) marks it available again.
+	MarkUnavailable(ctx context.Context, agent, reason string, at time.Time) error
+	// Health returns every agent the monitor has marked.
+	Health(ctx context.Context) ([]AgentHealth, error)
+	// SaveAlert inserts or updates an alert by id.
+	SaveAlert(ctx context.Context, a Alert) error
+	// Alerts returns alerts, newest first; activeOnly drops resolved ones.
+	Alerts(ctx context.Context, activeOnly bool, limit int) ([]Alert, error)
+	// Close releases the database.
+	Close() error
+}

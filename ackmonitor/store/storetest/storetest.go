@@ -1,0 +1,427 @@
+// Package storetest is the conformance suite every ack ledger
+// implementation must pass: both store.OpenSQLite and store.OpenPostgres
+// run it (see store_test.go).
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+)
+
+// Database gives each test a fresh, empty database and returns a function
+// that opens it; the function may be called several times (the suite
+// reopens a database to check migrations are idempotent). Opened stores
+// are closed by the suite.
+type Database func(t *testing.T) (open func() (store.Store, error))
+
+// Run runs the conformance suite, each case in parallel on its own database.
+func Run(t *testing.T, db Database) {
+	cases := []struct {
+		name string
+		f    func(*testing.T, store.Store)
+	}{
+		{"OutcomesFromHistory", testOutcomes},
+		{"OutOfOrderAndReplays", testOutOfOrder},
+		{"TopicFansOutPerConsumer", testTopic},
+		{"RatesWindowAndSeries", testRates},
+		{"HourlyRollup", testHourly},
+		{"FollowUps", testFollowUps},
+		{"Health", testHealth},
+		{"Alerts", testAlerts},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			open := db(t)
+			s, err := open()
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			c.f(t, s)
+		})
+	}
+	t.Run("MigrationsIdempotent", func(t *testing.T) {
+		t.Parallel()
+		open := db(t)
+		s, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := time.Now().UTC().Truncate(time.Second)
+		mustApply(t, s, store.Batch{Sends: []store.Send{send(1, "a", "b", base)}})
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		s2, err := open()
+		if err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		defer s2.Close()
+		r, err := s2.Get(ctx(t), store.Key{StreamSeq: 1, Consumer: "b_normal"})
+		if err != nil || r.Sender != "a" {
+			t.Fatalf("after reopen Get = %+v, %v", r, err)
+		}
+	})
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func send(seq uint64, from, to string, at time.Time) store.Send {
+	return store.Send{StreamSeq: seq, MessageID: fmt.Sprintf("m-%d", seq), Sender: from, Receiver: to, Kind: "agent",
+		Priority: "normal", MessageType: "request", Action: "work", Correlation: fmt.Sprintf("c-%d", seq),
+		Workflow: "wf", SentAt: at}
+}
+
+var evID atomic.Int64
+
+func ev(kind store.EventKind, seq uint64, consumer string, deliveries uint64, at time.Time) store.Event {
+	id := evID.Add(1)
+	agent, prio := consumer, "normal"
+	for i := len(consumer) - 1; i > 0; i-- {
+		if consumer[i] == '_' {
+			agent, prio = consumer[:i], consumer[i+1:]
+			break
+		}
+	}
+	return store.Event{ID: fmt.Sprintf("ev-%d-%d-%s", id, seq, kind), Kind: kind, Consumer: consumer, Receiver: agent,
+		Priority: prio, StreamSeq: seq, Deliveries: deliveries, At: at}
+}
+
+func mustApply(t *testing.T, s store.Store, b store.Batch) store.Applied {
+	t.Helper()
+	a, err := s.Apply(ctx(t), b)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return a
+}
+
+func get(t *testing.T, s store.Store, seq uint64, consumer string) store.Record {
+	t.Helper()
+	r, err := s.Get(ctx(t), store.Key{StreamSeq: seq, Consumer: consumer})
+	if err != nil {
+		t.Fatalf("Get(%d, %s): %v", seq, consumer, err)
+	}
+	return r
+}
+
+func testOutcomes(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	ack := func(seq uint64, d uint64, ms int, ackTime time.Duration) store.Event {
+		e := ev(store.EventAck, seq, "b_normal", d, at(ms))
+		e.AckTime = ackTime
+		return e
+	}
+	term := ev(store.EventTerm, 3, "b_normal", 1, at(30))
+	term.Reason = "NOT_FOUND: customer not found"
+	b := store.Batch{
+		Sends: []store.Send{send(1, "a", "b", base), send(2, "a", "b", base), send(3, "a", "b", base),
+			send(4, "a", "b", base), send(5, "a", "b", base), send(6, "a", "b", base)},
+		Events: []store.Event{
+			ack(1, 1, 10, 2*time.Millisecond),
+			ev(store.EventNak, 2, "b_normal", 1, at(10)), ev(store.EventNak, 2, "b_normal", 2, at(20)), ack(2, 3, 40, time.Millisecond),
+			term,
+			ev(store.EventNak, 4, "b_normal", 1, at(10)), ev(store.EventNak, 4, "b_normal", 2, at(20)), ev(store.EventMax, 4, "b_normal", 2, at(50)),
+			ev(store.EventMax, 5, "b_normal", 3, at(60)),
+			ack(6, 3, 70, 5*time.Millisecond),
+		},
+	}
+	a := mustApply(t, s, b)
+	if len(a.NewSends) != 6 || len(a.NewEvents) != len(b.Events) || len(a.Resolved) != 6 {
+		t.Fatalf("applied %d sends, %d events, %d resolved; want 6, %d, 6", len(a.NewSends), len(a.NewEvents), len(a.Resolved), len(b.Events))
+	}
+	want := []struct {
+		seq                        uint64
+		status, reason             string
+		deliveries, naks, timeouts int
+		procMS                     float64
+	}{
+		{1, store.StatusACK, "", 1, 0, 0, 2},
+		{2, store.StatusACK, "", 3, 2, 0, 1},
+		{3, store.StatusNACK, "NOT_FOUND: customer not found", 1, 0, 0, 0},
+		{4, store.StatusTimeout, "", 2, 2, 0, 0},
+		{5, store.StatusTimeout, "", 3, 0, 3, 0},
+		{6, store.StatusACK, "", 3, 0, 2, 5},
+	}
+	for _, w := range want {
+		r := get(t, s, w.seq, "b_normal")
+		if r.Status != w.status || r.NackReason != w.reason || r.Deliveries != w.deliveries || r.Naks != w.naks ||
+			r.Timeouts != w.timeouts || r.RetryCount != w.deliveries-1 || r.ProcessingTime.Seconds()*1000 != w.procMS {
+			t.Errorf("row %d = status %q reason %q deliveries %d naks %d timeouts %d retries %d proc %v; want %+v",
+				w.seq, r.Status, r.NackReason, r.Deliveries, r.Naks, r.Timeouts, r.RetryCount, r.ProcessingTime, w)
+		}
+		if r.Sender != "a" || r.Receiver != "b" || r.MessageID != fmt.Sprintf("m-%d", w.seq) || !r.SentAt.Equal(base) ||
+			r.Correlation != fmt.Sprintf("c-%d", w.seq) || r.Workflow != "wf" || r.Priority != "normal" {
+			t.Errorf("row %d send fields = %+v", w.seq, r)
+		}
+	}
+	if r := get(t, s, 2, "b_normal"); !r.AcknowledgedAt.Equal(at(40)) || r.Latency() != 40*time.Millisecond {
+		t.Errorf("row 2 acknowledged %v latency %v; want %v, 40ms", r.AcknowledgedAt, r.Latency(), at(40))
+	}
+}
+
+func testOutOfOrder(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	ackEv := ev(store.EventAck, 7, "b_high", 2, base.Add(30*time.Millisecond))
+	nakEv := ev(store.EventNak, 7, "b_high", 1, base.Add(10*time.Millisecond))
+	snd := send(7, "a", "b", base)
+	snd.Priority = "high"
+	// The ACK arrives first, then the send, then the NAK of an earlier delivery.
+	mustApply(t, s, store.Batch{Events: []store.Event{ackEv}})
+	r := get(t, s, 7, "b_high")
+	if r.Status != store.StatusACK || r.Sender != "" || !r.SentAt.IsZero() || r.Timeouts != 1 {
+		t.Fatalf("after ACK only: %+v", r)
+	}
+	mustApply(t, s, store.Batch{Sends: []store.Send{snd}})
+	mustApply(t, s, store.Batch{Events: []store.Event{nakEv}})
+	r = get(t, s, 7, "b_high")
+	if r.Status != store.StatusACK || r.Sender != "a" || !r.SentAt.Equal(base) || r.Naks != 1 || r.Timeouts != 0 || len(r.History) != 2 {
+		t.Fatalf("after send and NAK: %+v", r)
+	}
+	// Replays change nothing and report nothing.
+	for range 2 {
+		a := mustApply(t, s, store.Batch{Sends: []store.Send{snd}, Events: []store.Event{nakEv, ackEv}})
+		if len(a.NewSends)+len(a.NewEvents)+len(a.Resolved) != 0 {
+			t.Fatalf("replay applied %+v", a)
+		}
+	}
+	if r2 := get(t, s, 7, "b_high"); r2.Naks != 1 || len(r2.History) != 2 || r2.Status != store.StatusACK {
+		t.Fatalf("after replays: %+v", r2)
+	}
+	rates, err := s.Rates(ctx(t), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rates) != 1 || rates[0].Sent != 1 || rates[0].Acked != 1 || rates[0].Naks != 1 {
+		t.Fatalf("rates = %+v", rates)
+	}
+	// A duplicate within one batch counts once.
+	e := ev(store.EventNak, 8, "b_normal", 1, base)
+	a := mustApply(t, s, store.Batch{Events: []store.Event{e, e}})
+	if len(a.NewEvents) != 1 || get(t, s, 8, "b_normal").Naks != 1 {
+		t.Fatalf("duplicate in batch applied %d", len(a.NewEvents))
+	}
+}
+
+func testTopic(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	snd := store.Send{StreamSeq: 9, MessageID: "t-9", Sender: "pub", Topic: "news", Kind: "topic", Priority: "low", SentAt: base}
+	mustApply(t, s, store.Batch{
+		Events: []store.Event{ev(store.EventAck, 9, "sub1_low", 1, base.Add(time.Millisecond))},
+		Sends:  []store.Send{snd},
+	})
+	mustApply(t, s, store.Batch{Events: []store.Event{ev(store.EventMax, 9, "sub2_low", 2, base.Add(time.Second))}})
+	r1, r2 := get(t, s, 9, "sub1_low"), get(t, s, 9, "sub2_low")
+	if r1.Receiver != "sub1" || r1.Sender != "pub" || r1.Status != store.StatusACK || !r1.SentAt.Equal(base) {
+		t.Fatalf("sub1 row = %+v", r1)
+	}
+	if r2.Receiver != "sub2" || r2.Sender != "pub" || r2.Status != store.StatusTimeout || r2.Priority != "low" {
+		t.Fatalf("sub2 row = %+v", r2)
+	}
+	msgs, err := s.Messages(ctx(t), store.Query{Receiver: "sub2"})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("Messages(sub2) = %d, %v", len(msgs), err)
+	}
+}
+
+func testRates(t *testing.T, s store.Store) {
+	now := time.Now().UTC()
+	old := now.Add(-time.Hour)
+	var b store.Batch
+	seq := uint64(0)
+	add := func(at time.Time, to string, kind store.EventKind, ackTime time.Duration) {
+		seq++
+		b.Sends = append(b.Sends, send(seq, "a", to, at))
+		if kind != "" {
+			e := ev(kind, seq, to+"_normal", 1, at.Add(10*time.Millisecond))
+			e.AckTime = ackTime
+			b.Events = append(b.Events, e)
+		}
+	}
+	for range 3 {
+		add(old, "b", store.EventAck, time.Millisecond) // outside the window
+	}
+	for range 8 {
+		add(now, "b", store.EventAck, 4*time.Millisecond)
+	}
+	add(now, "b", store.EventTerm, 0)
+	add(now, "b", store.EventMax, 0)
+	add(now, "b", "", 0) // pending
+	add(now, "c", store.EventAck, 2*time.Millisecond)
+	mustApply(t, s, b)
+	rates, err := s.Rates(ctx(t), now.Add(-5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rates) != 2 {
+		t.Fatalf("rates = %+v", rates)
+	}
+	rb := rates[0]
+	if rb.Agent != "b" || rb.Sent != 11 || rb.Acked != 8 || rb.Nacked != 1 || rb.TimedOut != 1 || rb.Pending != 1 || rb.Resolved() != 10 {
+		t.Fatalf("rate b = %+v", rb)
+	}
+	if rb.AckRate() != 0.8 || rb.NackRate() != 0.1 || rb.TimeoutRate() != 0.1 || rb.AvgAckTimeMS != 4 {
+		t.Fatalf("rate b ratios %v %v %v avg %v", rb.AckRate(), rb.NackRate(), rb.TimeoutRate(), rb.AvgAckTimeMS)
+	}
+	if rb.AvgLatencyMS < 9.9 || rb.AvgLatencyMS > 10.1 {
+		t.Fatalf("avg latency %v, want 10ms", rb.AvgLatencyMS)
+	}
+	all, err := s.Rates(ctx(t), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all[0].Acked != 11 || all[0].Sent != 14 {
+		t.Fatalf("all-time rate b = %+v", all[0])
+	}
+	if m := all[0].Merge(all[1]); m.Acked != 12 || m.Sent != 15 {
+		t.Fatalf("merged = %+v", m)
+	}
+	pts, err := s.Series(ctx(t), "", now.Add(-2*time.Hour), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked, nacked, timedOut int64
+	for _, p := range pts {
+		acked, nacked, timedOut = acked+p.Acked, nacked+p.Nacked, timedOut+p.TimedOut
+	}
+	if len(pts) < 2 || acked != 12 || nacked != 1 || timedOut != 1 {
+		t.Fatalf("series = %+v", pts)
+	}
+	one, err := s.Series(ctx(t), "c", now.Add(-time.Minute), time.Minute)
+	if err != nil || len(one) == 0 || one[len(one)-1].Acked != 1 {
+		t.Fatalf("series(c) = %+v, %v", one, err)
+	}
+}
+
+func testHourly(t *testing.T, s store.Store) {
+	h := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	var b store.Batch
+	for i := range uint64(4) {
+		b.Sends = append(b.Sends, send(i+1, "a", "b", h.Add(time.Duration(i)*time.Minute)))
+	}
+	a1 := ev(store.EventAck, 1, "b_normal", 1, h.Add(time.Second))
+	a1.AckTime = 2 * time.Millisecond
+	a2 := ev(store.EventAck, 2, "b_normal", 1, h.Add(time.Second))
+	a2.AckTime = 4 * time.Millisecond
+	b.Events = []store.Event{a1, a2, ev(store.EventMax, 3, "b_normal", 3, h.Add(time.Minute))}
+	b.Sends = append(b.Sends, send(5, "a", "b", h.Add(time.Hour)))
+	mustApply(t, s, b)
+	if err := s.Rollup(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// A late NACK for the pending message updates its hour on the next rollup.
+	term := ev(store.EventTerm, 4, "b_normal", 1, time.Now())
+	mustApply(t, s, store.Batch{Events: []store.Event{term}})
+	if err := s.Rollup(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rollup(ctx(t)); err != nil { // nothing dirty: a no-op
+		t.Fatal(err)
+	}
+	hs, err := s.Hourly(ctx(t), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 2 {
+		t.Fatalf("hourly = %+v", hs)
+	}
+	m := hs[0]
+	if !m.Hour.Equal(h) || m.Agent != "b" || m.Priority != "normal" || m.Sent != 4 || m.Acked != 2 || m.TimedOut != 1 || m.Nacked != 1 || m.AvgAckTimeMS != 3 {
+		t.Fatalf("hour %v = %+v", h, m)
+	}
+	if hs[1].Sent != 1 || hs[1].Acked != 0 {
+		t.Fatalf("next hour = %+v", hs[1])
+	}
+}
+
+func testFollowUps(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	term := ev(store.EventTerm, 2, "b_normal", 1, base.Add(time.Millisecond))
+	term.Reason = "INVALID: bad"
+	mustApply(t, s, store.Batch{
+		Sends:  []store.Send{send(1, "a", "b", base), send(2, "a", "b", base), send(3, "a", "b", base)},
+		Events: []store.Event{ev(store.EventMax, 1, "b_normal", 2, base), term, ev(store.EventAck, 3, "b_normal", 1, base)},
+	})
+	p, err := s.PendingFollowUps(ctx(t), 10)
+	if err != nil || len(p) != 2 || p[0].StreamSeq != 1 || p[1].StreamSeq != 2 {
+		t.Fatalf("pending = %+v, %v", p, err)
+	}
+	done := base.Add(time.Second)
+	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: p[0].Key(), DLQSeq: 5, Director: "boss", EscalationID: "e1", EscalatedAt: done, HandledAt: done}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: p[1].Key(), DLQSeq: 6, HandledAt: done}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: store.Key{StreamSeq: 99, Consumer: "x_normal"}, HandledAt: done}); err == nil {
+		t.Fatal("CompleteFollowUp of a missing row succeeded")
+	}
+	if p, _ := s.PendingFollowUps(ctx(t), 10); len(p) != 0 {
+		t.Fatalf("still pending: %+v", p)
+	}
+	esc, err := s.Messages(ctx(t), store.Query{Escalated: true})
+	if err != nil || len(esc) != 1 || esc[0].Director != "boss" || esc[0].DLQSeq != 5 || !esc[0].EscalatedAt.Equal(done) || esc[0].EscalationID != "e1" {
+		t.Fatalf("escalated = %+v, %v", esc, err)
+	}
+	dlq, err := s.Messages(ctx(t), store.Query{DeadLetter: true})
+	if err != nil || len(dlq) != 2 || dlq[0].DLQSeq != 6 {
+		t.Fatalf("dead letters = %+v, %v", dlq, err)
+	}
+}
+
+func testHealth(t *testing.T, s store.Store) {
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	if err := s.MarkUnavailable(ctx(t), "b", "max deliveries on 1/b_normal", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkUnavailable(ctx(t), "b", "again", t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Health(ctx(t))
+	if err != nil || len(h) != 1 || !h[0].UnavailableSince.Equal(t0) || h[0].Reason != "again" {
+		t.Fatalf("health = %+v, %v", h, err)
+	}
+	mustApply(t, s, store.Batch{Events: []store.Event{ev(store.EventAck, 1, "b_normal", 1, t0.Add(2*time.Second))}})
+	h, _ = s.Health(ctx(t))
+	if len(h) != 1 || !h[0].UnavailableSince.IsZero() {
+		t.Fatalf("after ACK health = %+v", h)
+	}
+}
+
+func testAlerts(t *testing.T, s store.Store) {
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	a := store.Alert{ID: "b/ack_rate/1", Agent: "b", Kind: "ack_rate", Severity: "warning", Value: 0.93, Threshold: 0.95, Samples: 40, RaisedAt: t0}
+	if err := s.SaveAlert(ctx(t), a); err != nil {
+		t.Fatal(err)
+	}
+	a2 := store.Alert{ID: "c/timeout_rate/2", Agent: "c", Kind: "timeout_rate", Severity: "critical", Value: 0.2, Threshold: 0.1, Samples: 30, RaisedAt: t0.Add(time.Second)}
+	if err := s.SaveAlert(ctx(t), a2); err != nil {
+		t.Fatal(err)
+	}
+	a.ResolvedAt = t0.Add(2 * time.Second)
+	if err := s.SaveAlert(ctx(t), a); err != nil {
+		t.Fatal(err)
+	}
+	active, err := s.Alerts(ctx(t), true, 10)
+	if err != nil || len(active) != 1 || active[0].ID != a2.ID || !active[0].Active() {
+		t.Fatalf("active = %+v, %v", active, err)
+	}
+	all, err := s.Alerts(ctx(t), false, 10)
+	if err != nil || len(all) != 2 || all[1].ID != a.ID || all[1].Active() || !all[1].ResolvedAt.Equal(a.ResolvedAt) || all[1].Value != 0.93 {
+		t.Fatalf("all = %+v, %v", all, err)
+	}
+}
