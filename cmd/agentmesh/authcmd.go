@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentmesh-io/agentmesh/auth"
+)
+
+func (a *app) authCmd() *cobra.Command {
+	var (
+		out          string
+		topics       []string
+		registration bool
+		payloads     bool
+		provision    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "auth AGENT...",
+		Short: "Generate per-agent credentials and the server's authorization",
+		Long: `auth writes, into --out, the NATS server authorization (server-auth.conf:
+account MESH with one nkey user per agent, the ack monitor and an admin) and
+one seed file per user (<name>.nk, mode 0600). Each agent may publish only
+with itself as the sender token of the subject scheme, pull and ack only its
+own consumers, and use only its private inbox prefix _INBOX_<agent>; it
+cannot create or delete streams or consumers. With --provision, auth also
+connects (as an administrator: --server/--creds) and creates the message
+stream and every agent's consumers, which the agents then bind to with
+agentkit.WithProvisioning(false).
+
+Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exitCodesHelp,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			specs := make([]auth.AgentSpec, len(args))
+			index := map[string]int{}
+			for i, id := range args {
+				specs[i], index[id] = auth.AgentSpec{ID: id}, i
+			}
+			for _, t := range topics {
+				id, topic, ok := strings.Cut(t, "=")
+				i, known := index[id]
+				if !ok || !known || topic == "" {
+					return usageErr(fmt.Errorf("--topic %q: want AGENT=TOPIC for one of the agents", t))
+				}
+				specs[i].Topics = append(specs[i].Topics, topic)
+			}
+			b, err := auth.Generate(specs, auth.Options{Scheme: a.scheme(), Registration: registration, Payloads: payloads})
+			if err != nil {
+				return usageErr(err)
+			}
+			if err := b.WriteDir(out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/server-auth.conf and %d credentials (%d agents, monitor %q, admin %q)\n",
+				out, len(b.Users), len(args), b.Monitor().Name, b.Admin().Name)
+			if !provision {
+				return nil
+			}
+			ctx, cancel := opTimeout(cmd.Context())
+			defer cancel()
+			nc, js, err := a.jetStream(ctx, "agentmesh-auth")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if err := auth.Provision(ctx, js, a.scheme(), specs, auth.ProvisionOptions{
+				Replicas: a.cfg.Mesh.Replicas, Registry: registration, Payloads: payloads,
+			}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "provisioned stream %s and %d consumers\n", a.scheme().Stream(), 5*len(args))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "auth", "directory to write the authorization and credentials to")
+	f.StringArrayVar(&topics, "topic", nil, "AGENT=TOPIC: a topic the agent consumes (repeatable)")
+	f.BoolVar(&registration, "registration", false, "grant the registry rights agentkit's registration needs (see the auth package doc for what they give away)")
+	f.BoolVar(&payloads, "payloads", false, "grant access to the object store of large envelopes")
+	f.BoolVar(&provision, "provision", false, "also create the stream and the agents' consumers on the server")
+	return cmd
+}

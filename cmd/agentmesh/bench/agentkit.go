@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// akMesh is a run's agents: receivers (started) and one sender.
+type akMesh struct {
+	scheme subjects.Scheme
+	agents []*agentkit.Agent
+	close  func()
+}
+
+// newAgent creates an agent on its own connection in the run's scheme.
+func (k *akMesh) newAgent(nc *nats.Conn, id string) (*agentkit.Agent, error) {
+	a, err := agentkit.New(nc, id, agentkit.WithScheme(k.scheme))
+	if err != nil {
+		return nil, err
+	}
+	k.agents = append(k.agents, a)
+	return a, nil
+}
+
+func (k *akMesh) stop() {
+	for _, a := range k.agents {
+		a.Stop()
+	}
+	k.close()
+}
+
+func newAkMesh(ctx context.Context, env *runEnv, n int) (*akMesh, []*nats.Conn, error) {
+	scheme, err := subjects.New(env.id)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, closeAll, err := conns(env.cfg.URL, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	k := &akMesh{scheme: scheme, close: func() {
+		js, err := jetstream.New(cs[0])
+		if err == nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			js.DeleteStream(dctx, scheme.Stream())
+			cancel()
+		}
+		closeAll()
+	}}
+	return k, cs, nil
+}
+
+func agentkitThroughput(ctx context.Context, env *runEnv, receivers int, batch bool) (*measurement, error) {
+	k, cs, err := newAkMesh(ctx, env, receivers+1)
+	if err != nil {
+		return nil, err
+	}
+	defer k.stop()
+	m := newMeasurement(env.cfg.Messages)
+	ids := make([]string, receivers)
+	for i := range receivers {
+		ids[i] = fmt.Sprintf("r%d", i)
+		a, err := k.newAgent(cs[i+1], ids[i])
+		if err != nil {
+			return nil, err
+		}
+		a.HandleFunc("work", func(ctx context.Context, msg *agentkit.Message) error {
+			m.recordOnce(msg.MessageID, time.Since(msg.Timestamp))
+			return nil
+		})
+		if err := a.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	sender, err := k.newAgent(cs[0], "sender")
+	if err != nil {
+		return nil, err
+	}
+	env.progress.track(m)
+	m.start = time.Now()
+	n := env.cfg.Messages
+	if batch {
+		err = sendBatches(ctx, sender, n, func(i int) string { return ids[i%receivers] }, agentkit.PriorityNormal, env.payload)
+	} else {
+		err = sendConcurrently(ctx, sender, n, func(i int) string { return ids[i%receivers] }, env.payload)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, m.wait(ctx)
+}
+
+// sendBatches sends n requests with SendBatch in batches of 256.
+func sendBatches(ctx context.Context, sender *agentkit.Agent, n int, to func(int) string, p agentkit.Priority, payload []byte) error {
+	batch := make([]*agentkit.Envelope, 0, 256)
+	for i := range n {
+		e, err := sender.NewRequest(ctx, to(i), "work", payload, agentkit.WithPriority(p))
+		if err != nil {
+			return err
+		}
+		batch = append(batch, e)
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := sender.SendBatch(ctx, batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// sendConcurrently sends n requests with Send from 64 goroutines.
+func sendConcurrently(ctx context.Context, sender *agentkit.Agent, n int, to func(int) string, payload []byte) error {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if _, err := sender.Send(ctx, to(int(i)), "work", payload); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func agentkitRequest(ctx context.Context, env *runEnv) (*measurement, error) {
+	k, cs, err := newAkMesh(ctx, env, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer k.stop()
+	resp, err := k.newAgent(cs[1], "responder")
+	if err != nil {
+		return nil, err
+	}
+	resp.HandleFunc("ping", func(ctx context.Context, msg *agentkit.Message) error { return msg.Reply(ctx, "pong", msg.Payload) })
+	if err := resp.Start(ctx); err != nil {
+		return nil, err
+	}
+	req, err := k.newAgent(cs[0], "requester")
+	if err != nil {
+		return nil, err
+	}
+	if err := req.Start(ctx); err != nil {
+		return nil, err
+	}
+	n := requests(env.cfg)
+	m := newMeasurement(n)
+	env.progress.track(m)
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	sem := make(chan struct{}, 2000)
+	m.start = time.Now()
+	err = pace(ctx, n, env.cfg.Rate, func(int) {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t0 := time.Now()
+			if _, err := req.Request(ctx, "responder", "ping", env.payload); err != nil {
+				failed.CompareAndSwap(nil, &err)
+				return
+			}
+			m.record(time.Since(t0))
+		})
+	})
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if e := failed.Load(); e != nil {
+		return nil, *e
+	}
+	return m, m.wait(ctx)
+}
+
+func agentkitBacklog(ctx context.Context, env *runEnv) (*measurement, error) {
+	k, cs, err := newAkMesh(ctx, env, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer k.stop()
+	sender, err := k.newAgent(cs[0], "sender")
+	if err != nil {
+		return nil, err
+	}
+	recv, err := k.newAgent(cs[1], "receiver")
+	if err != nil {
+		return nil, err
+	}
+	m := newMeasurement(critical)
+	recv.HandleFunc("work", func(ctx context.Context, msg *agentkit.Message) error {
+		if msg.Priority == agentkit.PriorityCritical {
+			m.recordOnce(msg.MessageID, time.Since(msg.Timestamp))
+		}
+		return nil
+	})
+	// The stream must exist before the backlog is stored; Start of a
+	// sender-only agent is not needed, EnsureStream is.
+	js, err := jetstream.New(cs[0])
+	if err != nil {
+		return nil, err
+	}
+	if err := agentkit.EnsureStream(ctx, js, agentkit.StreamConfig(k.scheme, 1)); err != nil {
+		return nil, err
+	}
+	if err := sendBatches(ctx, sender, env.cfg.Messages, func(int) string { return "receiver" }, agentkit.PriorityLow, env.payload); err != nil {
+		return nil, err
+	}
+	env.progress.track(m)
+	m.start = time.Now()
+	if err := recv.Start(ctx); err != nil {
+		return nil, err
+	}
+	var errs []error
+	for range critical {
+		if _, err := sender.Send(ctx, "receiver", "work", env.payload, agentkit.WithPriority(agentkit.PriorityCritical)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, m.wait(ctx)
+}

@@ -1,0 +1,360 @@
+// Package bench is the engine of `agentmesh bench`: raw nats.go,
+// agentkit and Watermill (watermill-nats/v2 pkg/jetstream, with its
+// default DoubleAck and with AckAsync) moving the same messages over one
+// NATS server in one run, so their ratios mean something even on a noisy
+// machine.
+//
+// # Scenarios
+//
+//	1-agent, 10-agents, 100-agents  a burst of Messages sent round robin to
+//	                                N receiving agents; msg/s end to end and the
+//	                                send→handle latency of every message (the
+//	                                burst queues, so latency grows with N)
+//	request-response                requests at a fixed offered Rate, each
+//	                                answered through the stream; round-trip latency
+//	critical-behind-backlog         Messages low-priority messages are stored, the
+//	                                receiver starts, then 10 critical messages are
+//	                                sent; the latency of the critical ones
+//
+// The methodology is agentkit/bench_test.go's: raw is PublishAsync from one
+// goroutine → Consume → Ack; agentkit-batch is SendBatch of 256; agentkit
+// is Send from 64 goroutines each waiting for its stream ack; Watermill
+// publishes synchronously from 64 goroutines. Payloads are Payload bytes
+// of JSON (512 by default).
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Scenario names.
+const (
+	Scenario1Agent    = "1-agent"
+	Scenario10Agents  = "10-agents"
+	Scenario100Agents = "100-agents"
+	ScenarioRequest   = "request-response"
+	ScenarioBacklog   = "critical-behind-backlog"
+)
+
+// Scenarios lists every scenario in run order.
+var Scenarios = []string{Scenario1Agent, Scenario10Agents, Scenario100Agents, ScenarioRequest, ScenarioBacklog}
+
+// Implementation names.
+const (
+	ImplRaw            = "raw"
+	ImplAgentkitBatch  = "agentkit-batch"
+	ImplAgentkit       = "agentkit"
+	ImplWatermill      = "watermill"
+	ImplWatermillAsync = "watermill-async-ack"
+)
+
+// Impls lists every implementation in table order.
+var Impls = []string{ImplRaw, ImplAgentkitBatch, ImplAgentkit, ImplWatermill, ImplWatermillAsync}
+
+// Config configures a benchmark run.
+type Config struct {
+	// URL is the NATS server every side connects to. Required.
+	URL string
+	// Messages per run. Default: 20000.
+	Messages int
+	// Payload is the payload size in bytes. Default: 512.
+	Payload int
+	// Rate is the offered request rate of request-response, per second;
+	// that scenario sends min(Messages, 3 × Rate) requests. Default: 1000.
+	Rate int
+	// Scenarios and Impls select what runs. Default: all.
+	Scenarios []string
+	Impls     []string
+	// Progress receives a one-line progress display (e.g. os.Stderr);
+	// nil shows none.
+	Progress io.Writer
+	// RunTimeout bounds each run. Default: 2m.
+	RunTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Messages == 0 {
+		c.Messages = 20000
+	}
+	if c.Payload == 0 {
+		c.Payload = 512
+	}
+	if c.Rate == 0 {
+		c.Rate = 1000
+	}
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = Scenarios
+	}
+	if len(c.Impls) == 0 {
+		c.Impls = Impls
+	}
+	if c.RunTimeout == 0 {
+		c.RunTimeout = 2 * time.Minute
+	}
+}
+
+// Validate reports whether c is usable.
+func (c *Config) Validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("bench: Config.URL is required")
+	case c.Messages < 1:
+		return fmt.Errorf("bench: messages %d must be at least 1", c.Messages)
+	case c.Payload < 16:
+		return fmt.Errorf("bench: payload %d must be at least 16 bytes", c.Payload)
+	case c.Rate < 1:
+		return fmt.Errorf("bench: rate %d must be at least 1", c.Rate)
+	}
+	for _, s := range c.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			return fmt.Errorf("bench: unknown scenario %q (%s)", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	for _, s := range c.Impls {
+		if !slices.Contains(Impls, s) {
+			return fmt.Errorf("bench: unknown implementation %q (%s)", s, strings.Join(Impls, ", "))
+		}
+	}
+	return nil
+}
+
+// Result is one scenario run by one implementation.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Impl     string `json:"impl"`
+	// Messages is how many messages were measured (handled, or answered).
+	Messages int `json:"messages"`
+	// Seconds is the run's duration from the first send to the last handle.
+	Seconds float64 `json:"seconds"`
+	// MsgPerSec is Messages / Seconds.
+	MsgPerSec float64 `json:"msg_per_sec"`
+	// RatioToRaw is MsgPerSec relative to raw's in the same scenario (0
+	// when raw did not run).
+	RatioToRaw float64 `json:"ratio_to_raw"`
+	// Latency percentiles in milliseconds: send → handle, or the request's
+	// round trip, or (critical-behind-backlog) the critical messages only.
+	P50ms float64 `json:"p50_ms"`
+	P90ms float64 `json:"p90_ms"`
+	P99ms float64 `json:"p99_ms"`
+	// Skipped says why the combination did not run.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// Run runs every selected scenario with every selected implementation, in
+// order, and returns one result per pair.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	payload := makePayload(cfg.Payload)
+	var out []Result
+	runID := time.Now().UnixNano() % 1_000_000
+	for _, sc := range cfg.Scenarios {
+		for _, impl := range cfg.Impls {
+			r := Result{Scenario: sc, Impl: impl}
+			if why := skip(sc, impl); why != "" {
+				r.Skipped = why
+				out = append(out, r)
+				continue
+			}
+			runID++
+			rctx, cancel := context.WithTimeout(ctx, cfg.RunTimeout)
+			p := startProgress(cfg.Progress, sc+" / "+impl)
+			env := &runEnv{cfg: cfg, id: fmt.Sprintf("b%d", runID), payload: payload, progress: p}
+			m, err := runOne(rctx, env, sc, impl)
+			p.stop()
+			cancel()
+			if err != nil {
+				return out, fmt.Errorf("bench: %s / %s: %w", sc, impl, err)
+			}
+			r.Messages, r.Seconds = m.n, m.elapsed.Seconds()
+			if r.Seconds > 0 {
+				r.MsgPerSec = float64(m.n) / r.Seconds
+			}
+			r.P50ms, r.P90ms, r.P99ms = m.percentile(50), m.percentile(90), m.percentile(99)
+			out = append(out, r)
+		}
+	}
+	for i := range out {
+		for _, raw := range out {
+			if raw.Scenario == out[i].Scenario && raw.Impl == ImplRaw && raw.MsgPerSec > 0 {
+				out[i].RatioToRaw = out[i].MsgPerSec / raw.MsgPerSec
+			}
+		}
+	}
+	return out, nil
+}
+
+// skip says why impl does not run sc, or "".
+func skip(sc, impl string) string {
+	if impl == ImplAgentkitBatch && (sc == ScenarioRequest || sc == ScenarioBacklog) {
+		return "same as agentkit (requests are individual; the backlog is always sent with SendBatch)"
+	}
+	return ""
+}
+
+func runOne(ctx context.Context, env *runEnv, sc, impl string) (*measurement, error) {
+	agents := map[string]int{Scenario1Agent: 1, Scenario10Agents: 10, Scenario100Agents: 100}
+	switch impl {
+	case ImplRaw:
+		switch sc {
+		case ScenarioRequest:
+			return rawRequest(ctx, env)
+		case ScenarioBacklog:
+			return rawBacklog(ctx, env)
+		default:
+			return rawThroughput(ctx, env, agents[sc])
+		}
+	case ImplAgentkit, ImplAgentkitBatch:
+		switch sc {
+		case ScenarioRequest:
+			return agentkitRequest(ctx, env)
+		case ScenarioBacklog:
+			return agentkitBacklog(ctx, env)
+		default:
+			return agentkitThroughput(ctx, env, agents[sc], impl == ImplAgentkitBatch)
+		}
+	default:
+		async := impl == ImplWatermillAsync
+		switch sc {
+		case ScenarioRequest:
+			return watermillRequest(ctx, env, async)
+		case ScenarioBacklog:
+			return watermillBacklog(ctx, env, async)
+		default:
+			return watermillThroughput(ctx, env, agents[sc], async)
+		}
+	}
+}
+
+// runEnv is what one run needs.
+type runEnv struct {
+	cfg      Config
+	id       string // unique per run: stream, prefix and topic names derive from it
+	payload  []byte
+	progress *progress
+}
+
+func makePayload(n int) []byte {
+	return []byte(`{"data":"` + strings.Repeat("x", n-11) + `"}`)
+}
+
+// measurement collects latencies until want samples are in.
+type measurement struct {
+	want    int
+	lat     []int64 // nanoseconds, indexed by arrival
+	next    atomic.Int64
+	done    chan struct{}
+	once    sync.Once
+	start   time.Time
+	elapsed time.Duration
+	n       int
+	seen    sync.Map // dedup of redelivered ids, when keyed
+}
+
+func newMeasurement(want int) *measurement {
+	return &measurement{want: want, lat: make([]int64, want), done: make(chan struct{})}
+}
+
+// record adds one latency sample; the want-th closes done.
+func (m *measurement) record(d time.Duration) {
+	i := m.next.Add(1) - 1
+	if int(i) < m.want {
+		m.lat[i] = int64(d)
+	}
+	if int(i) == m.want-1 {
+		m.once.Do(func() { m.elapsed = time.Since(m.start); close(m.done) })
+	}
+}
+
+// recordOnce records d the first time key is seen (redeliveries are not
+// counted twice).
+func (m *measurement) recordOnce(key string, d time.Duration) {
+	if _, dup := m.seen.LoadOrStore(key, struct{}{}); !dup {
+		m.record(d)
+	}
+}
+
+func (m *measurement) count() int64 { return min(m.next.Load(), int64(m.want)) }
+
+// wait waits until every sample is in.
+func (m *measurement) wait(ctx context.Context) error {
+	select {
+	case <-m.done:
+		m.n = m.want
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%d of %d messages handled: %w", m.count(), m.want, ctx.Err())
+	}
+}
+
+// percentile returns the p-th percentile latency in milliseconds.
+func (m *measurement) percentile(p int) float64 {
+	if m.n == 0 {
+		return 0
+	}
+	s := slices.Clone(m.lat[:m.n])
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	i = min(max(i-1, 0), len(s)-1)
+	return float64(s[i]) / 1e6
+}
+
+// progress shows "<label> 1234/20000" on one line, refreshed 4 times a second.
+type progress struct {
+	w     io.Writer
+	label string
+	cur   atomic.Pointer[measurement]
+	quit  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startProgress(w io.Writer, label string) *progress {
+	p := &progress{w: w, label: label, quit: make(chan struct{})}
+	if w == nil {
+		return p
+	}
+	p.wg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.quit:
+				p.draw()
+				fmt.Fprintln(p.w)
+				return
+			case <-t.C:
+				p.draw()
+			}
+		}
+	})
+	return p
+}
+
+func (p *progress) track(m *measurement) { p.cur.Store(m) }
+
+func (p *progress) draw() {
+	m := p.cur.Load()
+	if m == nil {
+		fmt.Fprintf(p.w, "\r%-45s setting up", p.label)
+		return
+	}
+	const width = 30
+	n := m.count()
+	filled := int(n * width / int64(max(m.want, 1)))
+	fmt.Fprintf(p.w, "\r%-45s [%s%s] %d/%d   ", p.label, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), n, m.want)
+}
+
+func (p *progress) stop() {
+	close(p.quit)
+	p.wg.Wait()
+}

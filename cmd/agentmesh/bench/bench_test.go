@@ -1,0 +1,64 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/bench"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
+)
+
+// TestRun_EveryScenarioTiny runs every scenario with every implementation
+// at a tiny size and checks the result table is well formed (no timing
+// assertions).
+func TestRun_EveryScenarioTiny(t *testing.T) {
+	srv := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var progress strings.Builder
+	results, err := bench.Run(ctx, bench.Config{URL: srv.ClientURL(), Messages: 120, Rate: 200, Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(bench.Scenarios) * len(bench.Impls); len(results) != want {
+		t.Fatalf("%d results, want %d", len(results), want)
+	}
+	for _, r := range results {
+		if r.Skipped != "" {
+			continue
+		}
+		if r.Messages <= 0 || r.Seconds <= 0 || r.P50ms < 0 || r.P50ms > r.P90ms || r.P90ms > r.P99ms {
+			t.Errorf("malformed result %+v", r)
+		}
+		if r.Scenario != bench.ScenarioBacklog && (r.MsgPerSec <= 0 || r.RatioToRaw <= 0) {
+			t.Errorf("no rate: %+v", r)
+		}
+	}
+	var table strings.Builder
+	if err := bench.WriteTable(&table, results); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range append(bench.Scenarios, bench.Impls...) {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %s:\n%s", s, table.String())
+		}
+	}
+	if _, err := json.Marshal(results); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "/") {
+		t.Errorf("no progress shown")
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []bench.Config{{}, {URL: "x", Messages: -1}, {URL: "x", Messages: 1, Payload: 512, Rate: 1, Scenarios: []string{"nope"}}} {
+		if _, err := bench.Run(context.Background(), c); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}

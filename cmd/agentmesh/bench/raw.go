@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	hdrTS   = "Bench-Ts" // send time, Unix nanoseconds
+	hdrKind = "Bench-Kind"
+)
+
+// conns opens n connections to url and returns a closer for all of them.
+func conns(url string, n int) ([]*nats.Conn, func(), error) {
+	var out []*nats.Conn
+	closeAll := func() {
+		for _, nc := range out {
+			nc.Close()
+		}
+	}
+	for range n {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		out = append(out, nc)
+	}
+	return out, closeAll, nil
+}
+
+func sinceHeader(h nats.Header) time.Duration {
+	ns, err := strconv.ParseInt(h.Get(hdrTS), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Since(time.Unix(0, ns))
+}
+
+func stamped(subject string, data []byte, kind string) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{hdrTS: {strconv.FormatInt(time.Now().UnixNano(), 10)}}}
+	if kind != "" {
+		m.Header.Set(hdrKind, kind)
+	}
+	return m
+}
+
+// rawStream creates the run's stream and returns it with a deleter.
+func rawStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, func(), error) {
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		js.DeleteStream(dctx, name)
+	}, nil
+}
+
+// consume starts Consume on a new durable of st filtering filter (all
+// when empty) with handler, over its own jetstream context on nc.
+func consume(ctx context.Context, nc *nats.Conn, stream, durable, filter string, handler jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cfg := jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: filter}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Consume(handler)
+}
+
+// publishAll publishes msgs asynchronously from one goroutine and waits
+// for every stream ack.
+func publishAll(ctx context.Context, js jetstream.JetStream, n int, msg func(i int) *nats.Msg) error {
+	for i := range n {
+		if _, err := js.PublishMsgAsync(msg(i)); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func rawThroughput(ctx context.Context, env *runEnv, agents int) (*measurement, error) {
+	cs, closeAll, err := conns(env.cfg.URL, agents+1)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	js, _ := jetstream.New(cs[0])
+	name := strings.ToUpper(env.id)
+	_, drop, err := rawStream(ctx, js, name)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	m := newMeasurement(env.cfg.Messages)
+	var ccs []jetstream.ConsumeContext
+	defer func() {
+		for _, cc := range ccs {
+			cc.Stop()
+		}
+	}()
+	for i := range agents {
+		cc, err := consume(ctx, cs[i+1], name, fmt.Sprintf("a%d", i), fmt.Sprintf("%s.a%d", name, i), func(msg jetstream.Msg) {
+			m.record(sinceHeader(msg.Headers()))
+			msg.Ack()
+		})
+		if err != nil {
+			return nil, err
+		}
+		ccs = append(ccs, cc)
+	}
+	env.progress.track(m)
+	m.start = time.Now()
+	if err := publishAll(ctx, js, env.cfg.Messages, func(i int) *nats.Msg {
+		return stamped(fmt.Sprintf("%s.a%d", name, i%agents), env.payload, "")
+	}); err != nil {
+		return nil, err
+	}
+	return m, m.wait(ctx)
+}
+
+// pace calls send(i) for i < n at rate per second from the calling
+// goroutine, sleeping until each send's slot.
+func pace(ctx context.Context, n, rate int, send func(i int)) error {
+	start := time.Now()
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		send(i)
+	}
+	return nil
+}
+
+func requests(cfg Config) int { return min(cfg.Messages, 3*cfg.Rate) }
+
+func rawRequest(ctx context.Context, env *runEnv) (*measurement, error) {
+	cs, closeAll, err := conns(env.cfg.URL, 3)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	js, _ := jetstream.New(cs[0])
+	name := strings.ToUpper(env.id)
+	_, drop, err := rawStream(ctx, js, name)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	rjs, _ := jetstream.New(cs[1])
+	var errMu sync.Mutex
+	var firstErr error
+	responder, err := consume(ctx, cs[1], name, "responder", name+".req", func(msg jetstream.Msg) {
+		reply := &nats.Msg{Subject: name + ".rep", Data: msg.Data(), Header: nats.Header{hdrTS: {msg.Headers().Get(hdrTS)}}}
+		if _, err := rjs.PublishMsgAsync(reply); err != nil {
+			errMu.Lock()
+			firstErr = cmpErr(firstErr, err)
+			errMu.Unlock()
+		}
+		msg.Ack()
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer responder.Stop()
+	n := requests(env.cfg)
+	m := newMeasurement(n)
+	requester, err := consume(ctx, cs[2], name, "requester", name+".rep", func(msg jetstream.Msg) {
+		m.record(sinceHeader(msg.Headers()))
+		msg.Ack()
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer requester.Stop()
+	env.progress.track(m)
+	m.start = time.Now()
+	if err := pace(ctx, n, env.cfg.Rate, func(i int) {
+		if _, err := js.PublishMsgAsync(stamped(name+".req", env.payload, "")); err != nil {
+			errMu.Lock()
+			firstErr = cmpErr(firstErr, err)
+			errMu.Unlock()
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if err := m.wait(ctx); err != nil {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return nil, errors.Join(err, firstErr)
+	}
+	return m, nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// critical is how many critical messages follow the backlog.
+const critical = 10
+
+func rawBacklog(ctx context.Context, env *runEnv) (*measurement, error) {
+	cs, closeAll, err := conns(env.cfg.URL, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	js, _ := jetstream.New(cs[0])
+	name := strings.ToUpper(env.id)
+	_, drop, err := rawStream(ctx, js, name)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	if err := publishAll(ctx, js, env.cfg.Messages, func(int) *nats.Msg { return stamped(name+".low", env.payload, "low") }); err != nil {
+		return nil, err
+	}
+	m := newMeasurement(critical)
+	env.progress.track(m)
+	m.start = time.Now()
+	cc, err := consume(ctx, cs[1], name, "receiver", "", func(msg jetstream.Msg) {
+		if msg.Headers().Get(hdrKind) == "critical" {
+			m.record(sinceHeader(msg.Headers()))
+		}
+		msg.Ack()
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Stop()
+	if err := publishAll(ctx, js, critical, func(int) *nats.Msg { return stamped(name+".critical", env.payload, "critical") }); err != nil {
+		return nil, err
+	}
+	return m, m.wait(ctx)
+}

@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// wmRun owns a run's Watermill publishers, subscribers and streams.
+// Watermill's Publisher and Subscriber close the connection they are
+// given, so each gets its own.
+type wmRun struct {
+	env     *runEnv
+	async   bool
+	closers []func() error
+	topics  []string
+	wg      sync.WaitGroup // subscription readers
+}
+
+func (w *wmRun) close() {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		w.closers[i]()
+	}
+	w.wg.Wait()
+	nc, err := nats.Connect(w.env.cfg.URL)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, t := range w.topics {
+		js.DeleteStream(ctx, t)
+	}
+}
+
+func (w *wmRun) publisher() (*wmjs.Publisher, error) {
+	nc, err := nats.Connect(w.env.cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	p, err := wmjs.NewPublisher(wmjs.PublisherConfig{Conn: nc, Logger: watermill.NopLogger{}})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	w.closers = append(w.closers, p.Close)
+	return p, nil
+}
+
+// subscribe creates topic's stream and subscribes to it with Watermill's
+// defaults (plus AckAsync when async); handle runs for each message and
+// returns whether to ack it.
+func (w *wmRun) subscribe(ctx context.Context, topic string, handle func(*message.Message)) error {
+	nc, err := nats.Connect(w.env.cfg.URL)
+	if err != nil {
+		return err
+	}
+	s, err := wmjs.NewSubscriber(wmjs.SubscriberConfig{Conn: nc, Logger: watermill.NopLogger{}, AckAsync: w.async})
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	w.closers = append(w.closers, s.Close)
+	if err := s.SubscribeInitialize(topic); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return err
+	}
+	w.topics = append(w.topics, topic)
+	ch, err := s.Subscribe(ctx, topic)
+	if err != nil {
+		return err
+	}
+	w.wg.Go(func() {
+		for msg := range ch {
+			handle(msg)
+			msg.Ack()
+		}
+	})
+	return nil
+}
+
+func wmMessage(payload []byte, kind string) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), payload)
+	m.Metadata.Set(hdrTS, strconv.FormatInt(time.Now().UnixNano(), 10))
+	if kind != "" {
+		m.Metadata.Set(hdrKind, kind)
+	}
+	return m
+}
+
+func wmSince(m *message.Message) time.Duration {
+	ns, err := strconv.ParseInt(m.Metadata.Get(hdrTS), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Since(time.Unix(0, ns))
+}
+
+// publishConcurrently publishes n messages from 64 goroutines (Watermill's
+// Publish waits for each stream ack).
+func publishConcurrently(p *wmjs.Publisher, n int, topic func(int) string, msg func() *message.Message) error {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := p.Publish(topic(int(i)), msg()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func watermillThroughput(ctx context.Context, env *runEnv, agents int, async bool) (*measurement, error) {
+	w := &wmRun{env: env, async: async}
+	defer w.close()
+	m := newMeasurement(env.cfg.Messages)
+	topics := make([]string, agents)
+	for i := range agents {
+		topics[i] = fmt.Sprintf("%s_a%d", env.id, i)
+		if err := w.subscribe(ctx, topics[i], func(msg *message.Message) { m.recordOnce(msg.UUID, wmSince(msg)) }); err != nil {
+			return nil, err
+		}
+	}
+	p, err := w.publisher()
+	if err != nil {
+		return nil, err
+	}
+	env.progress.track(m)
+	m.start = time.Now()
+	if err := publishConcurrently(p, env.cfg.Messages, func(i int) string { return topics[i%agents] },
+		func() *message.Message { return wmMessage(env.payload, "") }); err != nil {
+		return nil, err
+	}
+	return m, m.wait(ctx)
+}
+
+func watermillRequest(ctx context.Context, env *runEnv, async bool) (*measurement, error) {
+	w := &wmRun{env: env, async: async}
+	defer w.close()
+	reqTopic, repTopic := env.id+"_req", env.id+"_rep"
+	rp, err := w.publisher()
+	if err != nil {
+		return nil, err
+	}
+	var failed atomic.Pointer[error]
+	if err := w.subscribe(ctx, reqTopic, func(msg *message.Message) {
+		reply := message.NewMessage(watermill.NewUUID(), msg.Payload)
+		reply.Metadata.Set(hdrTS, msg.Metadata.Get(hdrTS))
+		if err := rp.Publish(repTopic, reply); err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	n := requests(env.cfg)
+	m := newMeasurement(n)
+	if err := w.subscribe(ctx, repTopic, func(msg *message.Message) { m.recordOnce(msg.UUID, wmSince(msg)) }); err != nil {
+		return nil, err
+	}
+	p, err := w.publisher()
+	if err != nil {
+		return nil, err
+	}
+	env.progress.track(m)
+	m.start = time.Now()
+	// Watermill's Publish waits for the stream ack, so requests go out
+	// from a pool of goroutines to hold the offered rate.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	err = pace(ctx, n, env.cfg.Rate, func(int) {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := p.Publish(reqTopic, wmMessage(env.payload, "")); err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+	})
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if e := failed.Load(); e != nil {
+		return nil, *e
+	}
+	return m, m.wait(ctx)
+}
+
+func watermillBacklog(ctx context.Context, env *runEnv, async bool) (*measurement, error) {
+	w := &wmRun{env: env, async: async}
+	defer w.close()
+	topic := env.id + "_q"
+	// Create the stream first (a subscriber's SubscribeInitialize), store
+	// the backlog, then subscribe.
+	nc, err := nats.Connect(env.cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: topic, Subjects: []string{topic}})
+	nc.Close()
+	if err != nil {
+		return nil, err
+	}
+	w.topics = append(w.topics, topic)
+	p, err := w.publisher()
+	if err != nil {
+		return nil, err
+	}
+	if err := publishConcurrently(p, env.cfg.Messages, func(int) string { return topic },
+		func() *message.Message { return wmMessage(env.payload, "low") }); err != nil {
+		return nil, err
+	}
+	m := newMeasurement(critical)
+	env.progress.track(m)
+	m.start = time.Now()
+	if err := w.subscribe(ctx, topic, func(msg *message.Message) {
+		if msg.Metadata.Get(hdrKind) == "critical" {
+			m.recordOnce(msg.UUID, wmSince(msg))
+		}
+	}); err != nil {
+		return nil, err
+	}
+	for range critical {
+		if err := p.Publish(topic, wmMessage(env.payload, "critical")); err != nil {
+			return nil, err
+		}
+	}
+	return m, m.wait(ctx)
+}

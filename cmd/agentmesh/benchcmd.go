@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/bench"
+)
+
+func (a *app) benchCmd() *cobra.Command {
+	cfg := bench.Config{}
+	var asJSON, quiet, external bool
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Compare raw nats.go, agentkit and Watermill on one NATS server",
+		Long: `bench runs the same workloads with raw nats.go (PublishAsync → Consume → Ack),
+agentkit (SendBatch of 256, and Send from 64 goroutines) and Watermill
+(watermill-nats/v2 pkg/jetstream; with its default DoubleAck and with AckAsync)
+on one embedded NATS server in one process (or --external: the configured
+server), and prints msg/s, the ratio to raw and latency percentiles.
+
+Scenarios: 1-agent, 10-agents, 100-agents (a burst of --messages sent round
+robin to that many receivers), request-response (requests at --rate per second,
+min(--messages, 3×rate) of them, answered through the stream), and
+critical-behind-backlog (--messages low-priority messages stored first, then 10
+critical ones: their latency). Payloads are --payload bytes of JSON.
+
+Absolute figures depend on the machine; compare the ratios of one run.` + exitCodesHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if !quiet {
+				cfg.Progress = a.stderr
+			}
+			if external {
+				cfg.URL = a.cfg.NATS.URLs[0]
+			} else {
+				dir, err := os.MkdirTemp("", "agentmesh-bench-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				srv, err := startEmbedded(dir, "127.0.0.1:-1")
+				if err != nil {
+					return err
+				}
+				defer srv.WaitForShutdown()
+				defer srv.Shutdown()
+				cfg.URL = srv.ClientURL()
+			}
+			if err := (&cfg).Validate(); err != nil && cfg.Messages != 0 {
+				return usageErr(err)
+			}
+			results, err := bench.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "messages": cfg.Messages,
+					"payload_bytes": cfg.Payload, "rate": cfg.Rate, "results": results})
+			}
+			fmt.Fprintf(a.stdout, "%d messages of %d bytes per run, GOMAXPROCS %d, NATS %s\n\n", cfg.Messages, cfg.Payload, runtime.GOMAXPROCS(0), cfg.URL)
+			return bench.WriteTable(a.stdout, results)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&cfg.Messages, "messages", 20000, "messages per run")
+	fl.IntVar(&cfg.Payload, "payload", 512, "payload bytes")
+	fl.IntVar(&cfg.Rate, "rate", 1000, "offered requests per second in request-response")
+	fl.StringSliceVar(&cfg.Scenarios, "scenario", nil, "scenarios to run (default all): 1-agent, 10-agents, 100-agents, request-response, critical-behind-backlog")
+	fl.StringSliceVar(&cfg.Impls, "impl", nil, "implementations to run (default all): raw, agentkit-batch, agentkit, watermill, watermill-async-ack")
+	fl.BoolVar(&asJSON, "json", false, "print results as JSON")
+	fl.BoolVar(&quiet, "quiet", false, "no progress display")
+	fl.BoolVar(&external, "external", false, "benchmark against the configured server instead of an embedded one")
+	return cmd
+}

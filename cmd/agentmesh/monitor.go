@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/config"
+)
+
+// monitorHandle is a running ack monitor as the CLI sees it.
+type monitorHandle struct {
+	// running says a monitor is consuming the mesh's events, so
+	// escalations will reach the director.
+	running bool
+	// dashboard is the monitor's HTTP address ("" when none).
+	dashboard string
+	stop      func()
+}
+
+// startMonitor starts the ack monitor (package ackmonitor) over nc: its
+// ledger in dataDir (SQLite) or cfg.Monitor.PostgresDSN, its dashboard,
+// API and /metrics on httpAddr (a free port when that one is taken), and
+// director as the default escalation target. It returns once the monitor
+// has provisioned its streams and consumers; stop ends everything it
+// started.
+func startMonitor(ctx context.Context, cfg *config.Config, nc *nats.Conn, dataDir, httpAddr, director string, log *slog.Logger) (monitorHandle, error) {
+	scheme, err := cfg.Scheme()
+	if err != nil {
+		return monitorHandle{}, err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var st store.Store
+	if cfg.Monitor.PostgresDSN != "" {
+		st, err = store.OpenPostgres(octx, cfg.Monitor.PostgresDSN)
+	} else {
+		st, err = store.OpenSQLite(octx, dataDir)
+	}
+	if err != nil {
+		return monitorHandle{}, err
+	}
+	a := cfg.Monitor.Alerts
+	mon, err := ackmonitor.New(nc, ackmonitor.Config{
+		Store: st, Scheme: scheme, Logger: log, Replicas: cfg.Mesh.Replicas, Window: cfg.Monitor.Window,
+		DefaultDirector: director,
+		Thresholds: ackmonitor.Thresholds{AckWarning: a.AckRateWarning / 100, AckCritical: a.AckRateCritical / 100,
+			TimeoutWarning: a.TimeoutRateWarning / 100, TimeoutCritical: a.TimeoutRateCritical / 100,
+			MinSamples: int64(cfg.Monitor.MinSamples)},
+	})
+	if err != nil {
+		st.Close()
+		return monitorHandle{}, err
+	}
+	ln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			st.Close()
+			return monitorHandle{}, err
+		}
+	}
+	srv := &http.Server{Handler: mon.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	rctx, rcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	runErr := make(chan error, 1)
+	wg.Go(func() { runErr <- mon.Run(rctx) })
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("monitor http", "err", err)
+		}
+	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			rcancel()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+			wg.Wait()
+			st.Close()
+		})
+	}
+	select {
+	case <-mon.Ready():
+	case err := <-runErr:
+		stop()
+		return monitorHandle{}, fmt.Errorf("ack monitor: %w", err)
+	case <-octx.Done():
+		stop()
+		return monitorHandle{}, fmt.Errorf("ack monitor not ready: %w", octx.Err())
+	}
+	return monitorHandle{running: true, dashboard: "http://" + ln.Addr().String() + "/", stop: stop}, nil
+}

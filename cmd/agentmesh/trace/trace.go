@@ -1,0 +1,277 @@
+// Package trace reads one conversation back from the mesh stream and
+// renders it as a tree: every message whose Mesh-Correlation-Id header
+// carries the correlation id, each reply under the message it answers
+// (in_reply_to).
+//
+// [Read] scans the stream headers-only with an ordered consumer and fetches
+// the bodies of matching messages only; [Build] links the entries into a
+// tree; [Render] prints it with time offsets from the first message.
+package trace
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// Entry is one stored message of a conversation.
+type Entry struct {
+	// Seq is the message's sequence in the stream.
+	Seq uint64 `json:"seq"`
+	// Time is when the stream stored it.
+	Time time.Time `json:"time"`
+	// Subject is the subject it was published on.
+	Subject string `json:"subject"`
+	// Envelope is the decoded body; nil when the body is not a valid
+	// envelope (Err says why).
+	Envelope *agentkit.Envelope `json:"envelope,omitempty"`
+	// Err is why the body could not be decoded.
+	Err string `json:"error,omitempty"`
+
+	// Header-derived fields, set even when the body does not decode.
+	MessageID string `json:"message_id"`
+	InReplyTo string `json:"in_reply_to,omitempty"`
+	Type      string `json:"message_type"`
+	Action    string `json:"action,omitempty"`
+}
+
+// Node is an entry with the replies to it.
+type Node struct {
+	Entry
+	Children []*Node `json:"replies,omitempty"`
+}
+
+// ErrNoStream is returned by [Read] when the stream does not exist.
+var ErrNoStream = errors.New("trace: stream does not exist")
+
+// Read returns the messages of stream whose Mesh-Correlation-Id header is
+// correlation, in stream order. It scans only the headers of the messages
+// stored when it starts (an ordered, headers-only consumer) and fetches the
+// full bodies of the matches by sequence.
+func Read(ctx context.Context, js jetstream.JetStream, stream, correlation string) ([]Entry, error) {
+	st, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("trace: stream %s: %w", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("trace: stream %s: %w", stream, err)
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
+	}
+	var seqs []uint64
+	for {
+		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
+		}
+		n, done := 0, false
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if m.Headers().Get(agentkit.HeaderCorrelation) == correlation {
+				seqs = append(seqs, md.Sequence.Stream)
+			}
+			if md.Sequence.Stream >= last || md.NumPending == 0 {
+				done = true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
+		}
+		if done || n == 0 {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
+		}
+	}
+	entries := make([]Entry, 0, len(seqs))
+	for _, seq := range seqs {
+		raw, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // aged out or deleted since the scan
+		}
+		if err != nil {
+			return nil, fmt.Errorf("trace: get %s/%d: %w", stream, seq, err)
+		}
+		entries = append(entries, NewEntry(raw.Sequence, raw.Time, raw.Subject, raw.Header.Get(agentkit.HeaderMsgID),
+			raw.Header.Get(agentkit.HeaderInReplyTo), raw.Header.Get(agentkit.HeaderType), raw.Header.Get(agentkit.HeaderAction), raw.Data))
+	}
+	return entries, nil
+}
+
+// NewEntry builds an entry from a stored message's parts; the body's
+// envelope, when it decodes, supplies what the headers lack.
+func NewEntry(seq uint64, at time.Time, subject, msgID, inReplyTo, typ, action string, body []byte) Entry {
+	e := Entry{Seq: seq, Time: at, Subject: subject, MessageID: msgID, InReplyTo: inReplyTo, Type: typ, Action: action}
+	env, err := agentkit.Decode(body)
+	if err != nil {
+		e.Err = err.Error()
+		return e
+	}
+	e.Envelope = env
+	e.MessageID = cmp.Or(env.MessageID, e.MessageID)
+	e.InReplyTo = cmp.Or(env.InReplyTo, e.InReplyTo)
+	e.Type = cmp.Or(string(env.MessageType), e.Type)
+	e.Action = cmp.Or(env.Action, e.Action)
+	return e
+}
+
+// Build links entries into trees: an entry answering a message of the set
+// (in_reply_to) goes under it, and so does the ack monitor's escalation of
+// a message (payload message_id); anything else is a root. Roots and children
+// are in stream order. A message stored twice under one id (a replay)
+// appears twice; replies go under the first.
+func Build(entries []Entry) []*Node {
+	sorted := slices.Clone(entries)
+	slices.SortFunc(sorted, func(a, b Entry) int { return cmp.Compare(a.Seq, b.Seq) })
+	byID := make(map[string]*Node, len(sorted))
+	nodes := make([]*Node, len(sorted))
+	for i := range sorted {
+		nodes[i] = &Node{Entry: sorted[i]}
+		if _, dup := byID[sorted[i].MessageID]; !dup && sorted[i].MessageID != "" {
+			byID[sorted[i].MessageID] = nodes[i]
+		}
+	}
+	var roots []*Node
+	for _, n := range nodes {
+		parent := n.InReplyTo
+		if parent == "" {
+			parent = escalated(n.Envelope)
+		}
+		if p, ok := byID[parent]; ok && parent != "" && p != n {
+			p.Children = append(p.Children, n)
+			continue
+		}
+		roots = append(roots, n)
+	}
+	return roots
+}
+
+// escalated returns the message id an escalation envelope (the ack
+// monitor's, action "escalation") is about, so it goes under that message.
+func escalated(env *agentkit.Envelope) string {
+	if env == nil || env.Action != "escalation" {
+		return ""
+	}
+	var p struct {
+		MessageID string `json:"message_id"`
+	}
+	if json.Unmarshal(env.Payload, &p) != nil {
+		return ""
+	}
+	return p.MessageID
+}
+
+// Render writes the trees as indented lines, offsets measured from start
+// (the first message's time when start is zero):
+//
+//	+0ms     orch_1 → planner_1  request plan_workflow [high]
+//	└─ +4ms  planner_1 → orch_1  response plan_complete [high] success
+func Render(w io.Writer, roots []*Node, scheme subjects.Scheme, start time.Time) error {
+	if start.IsZero() {
+		for _, r := range roots {
+			if start.IsZero() || r.Time.Before(start) {
+				start = r.Time
+			}
+		}
+	}
+	var err error
+	var walk func(n *Node, prefix string, last, root bool)
+	walk = func(n *Node, prefix string, last, root bool) {
+		branch, next := "", ""
+		if !root {
+			branch, next = "├─ ", "│  "
+			if last {
+				branch, next = "└─ ", "   "
+			}
+		}
+		if _, werr := fmt.Fprintf(w, "%s%s%s\n", prefix, branch, Line(n.Entry, scheme, start)); werr != nil && err == nil {
+			err = werr
+		}
+		for i, c := range n.Children {
+			walk(c, prefix+next, i == len(n.Children)-1, false)
+		}
+	}
+	for _, r := range roots {
+		walk(r, "", true, true)
+	}
+	return err
+}
+
+// Line describes one entry: offset, route, type, action, priority,
+// status or error, and the subject when it is not a mesh message.
+func Line(e Entry, scheme subjects.Scheme, start time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-8s ", offset(e.Time.Sub(start)))
+	sub, perr := scheme.Parse(e.Subject)
+	switch {
+	case perr != nil:
+		b.WriteString(e.Subject)
+	case sub.Kind == subjects.KindDirect:
+		fmt.Fprintf(&b, "%s → %s", sub.Sender, sub.Receiver)
+	case sub.Kind == subjects.KindTopic:
+		fmt.Fprintf(&b, "%s → topic %s", sub.Sender, sub.Topic)
+	case sub.Kind == subjects.KindBroadcast:
+		fmt.Fprintf(&b, "%s → all", sub.Sender)
+	default:
+		b.WriteString(e.Subject)
+	}
+	fmt.Fprintf(&b, "  %s", cmp.Or(e.Type, "?"))
+	if e.Action != "" {
+		fmt.Fprintf(&b, " %s", e.Action)
+	}
+	if perr == nil && sub.Priority != "" {
+		fmt.Fprintf(&b, " [%s]", sub.Priority)
+	}
+	if env := e.Envelope; env != nil {
+		if env.TaskID != "" {
+			fmt.Fprintf(&b, " task=%s", env.TaskID)
+		}
+		if env.Status != "" {
+			fmt.Fprintf(&b, " %s", env.Status)
+		}
+		if env.Error != nil {
+			fmt.Fprintf(&b, " %s: %s", env.Error.Code, env.Error.Message)
+		}
+	} else if e.Err != "" {
+		fmt.Fprintf(&b, " (body: %s)", e.Err)
+	}
+	fmt.Fprintf(&b, "  #%d", e.Seq)
+	return b.String()
+}
+
+func offset(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + offset(-d)
+	case d < time.Second:
+		return fmt.Sprintf("+%dms", d.Milliseconds())
+	default:
+		return fmt.Sprintf("+%.2fs", d.Seconds())
+	}
+}

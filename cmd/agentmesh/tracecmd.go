@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/trace"
+)
+
+func (a *app) traceCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "trace <correlation-id>",
+		Short: "Print a conversation as a tree, read back from the MESH stream",
+		Long: `trace scans the mesh stream's headers (an ordered, headers-only consumer) for
+messages whose Mesh-Correlation-Id is the given id, fetches their bodies and
+prints them as a tree: each reply under the message it answers (in_reply_to),
+with sender → receiver, message type, action, priority, task, status or error,
+the time offset from the first message and the stream sequence.` + exitCodesHelp,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr(fmt.Errorf("trace takes one correlation id, got %d arguments", len(args)))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := opTimeout(cmd.Context())
+			defer cancel()
+			nc, js, err := a.jetStream(ctx, "agentmesh-trace")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			entries, err := trace.Read(ctx, js, a.scheme().Stream(), args[0])
+			if err != nil {
+				return err
+			}
+			roots := trace.Build(entries)
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(roots)
+			}
+			if len(entries) == 0 {
+				return fmt.Errorf("no messages with correlation id %q in stream %s", args[0], a.scheme().Stream())
+			}
+			fmt.Fprintf(a.stdout, "correlation %s: %d messages from %s\n", args[0], len(entries), entries[0].Time.Format(time.RFC3339Nano))
+			return trace.Render(a.stdout, roots, a.scheme(), time.Time{})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the tree as JSON")
+	return cmd
+}

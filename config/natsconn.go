@@ -1,0 +1,97 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// Options returns the nats.go options of n: credentials (creds file, nkey
+// seed or user/password), TLS, connection name, timeouts and reconnection.
+func (n NATS) Options() ([]nats.Option, error) {
+	opts := []nats.Option{
+		nats.Name(n.Name),
+		nats.Timeout(n.ConnectTimeout),
+		nats.ReconnectWait(n.ReconnectWait),
+		nats.MaxReconnects(n.MaxReconnects),
+	}
+	switch {
+	case n.Creds != "":
+		opts = append(opts, nats.UserCredentials(n.Creds))
+	case n.NKeySeed != "":
+		o, err := nats.NkeyOptionFromSeed(n.NKeySeed)
+		if err != nil {
+			return nil, fmt.Errorf("config: nats.nkey_seed %q: %w", n.NKeySeed, err)
+		}
+		opts = append(opts, o)
+	case n.User != "":
+		opts = append(opts, nats.UserInfo(n.User, n.Password))
+	}
+	if n.TLS.CA != "" {
+		opts = append(opts, nats.RootCAs(n.TLS.CA))
+	}
+	if n.TLS.Cert != "" {
+		opts = append(opts, nats.ClientCert(n.TLS.Cert, n.TLS.Key))
+	}
+	return opts, nil
+}
+
+// Connect dials the servers of n with [NATS.Options] plus extra (later
+// options win). ctx's deadline, when sooner, bounds the connection attempt.
+// The caller owns the connection and closes (or drains) it.
+func (n NATS) Connect(ctx context.Context, extra ...nats.Option) (*nats.Conn, error) {
+	opts, err := n.Options()
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d < n.ConnectTimeout {
+			opts = append(opts, nats.Timeout(max(d, time.Millisecond)))
+		}
+	}
+	opts = append(opts, extra...)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("config: connect: %w", err)
+	}
+	nc, err := nats.Connect(strings.Join(n.URLs, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("config: connect to %s: %w", strings.Join(n.URLs, ","), err)
+	}
+	return nc, nil
+}
+
+// Scheme returns the naming scheme of the mesh prefix.
+func (c *Config) Scheme() (subjects.Scheme, error) {
+	s, err := subjects.New(c.Mesh.Prefix)
+	if err != nil {
+		return subjects.Scheme{}, &FieldError{Field: "mesh.prefix", Value: c.Mesh.Prefix, Reason: err.Error()}
+	}
+	return s, nil
+}
+
+// AgentOptions returns the agentkit options the mesh and agent sections
+// describe: scheme, replicas, the five delivery policies, concurrency and
+// timeouts. Append agent-specific options (WithType, ...) after them.
+func (c *Config) AgentOptions() ([]agentkit.Option, error) {
+	s, err := c.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	opts := []agentkit.Option{
+		agentkit.WithScheme(s),
+		agentkit.WithReplicas(c.Mesh.Replicas),
+		agentkit.WithConcurrency(c.Agent.Concurrency),
+		agentkit.WithRequestTimeout(c.Agent.RequestTimeout),
+		agentkit.WithPublishTimeout(c.Agent.PublishTimeout),
+	}
+	for _, p := range agentkit.Priorities {
+		opts = append(opts, agentkit.WithPolicy(p, c.Agent.Policy(p)))
+	}
+	return opts, nil
+}

@@ -1,0 +1,287 @@
+// Package e2e holds end-to-end tests across packages on embedded NATS
+// servers: the demo workflows and a stream-leader failover under load on a
+// 3-node JetStream cluster with R3 streams.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// ensureStream creates the R3 message stream, retrying while the cluster's
+// JetStream is still settling (10008).
+func ensureStream(t *testing.T, js jetstream.JetStream, scheme subjects.Scheme) {
+	t.Helper()
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return agentkit.EnsureStream(ctx, js, agentkit.StreamConfig(scheme, 3))
+	})
+}
+
+// TestCluster_DemoWorkflows runs both demo workflows on a 3-node cluster
+// with R3 streams, every agent on its own connection to all three nodes,
+// and the ack monitor escalating the hung executor's message to the
+// director.
+func TestCluster_DemoWorkflows(t *testing.T) {
+	c := natstest.RunCluster(t, 3)
+	admin := c.Connect(t)
+	js, _ := jetstream.New(admin)
+	ensureStream(t, js, subjects.Default)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	st, err := store.OpenSQLite(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mon, err := ackmonitor.New(c.Connect(t), ackmonitor.Config{Store: st, Replicas: 3, DefaultDirector: demo.Director})
+	if err != nil {
+		t.Fatal(err)
+	}
+	monCtx, monStop := context.WithCancel(ctx)
+	monDone := make(chan error, 1)
+	go func() { monDone <- mon.Run(monCtx) }()
+	defer func() {
+		monStop()
+		if err := <-monDone; err != nil {
+			t.Errorf("monitor: %v", err)
+		}
+	}()
+	select {
+	case <-mon.Ready():
+	case err := <-monDone:
+		t.Fatalf("monitor: %v", err)
+	case <-ctx.Done():
+		t.Fatal("monitor not ready")
+	}
+
+	m, err := demo.Start(ctx, demo.Config{
+		ExpectEscalation: true,
+		Connect: func(ctx context.Context, name string) (*nats.Conn, error) {
+			return nats.Connect(c.ClientURLs(), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		},
+		Options: []agentkit.Option{agentkit.WithReplicas(3)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Stop(context.Background())
+	w, err := m.RunCreditLimit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.OK {
+		t.Fatalf("credit limit workflow did not end as expected: %+v", w.Steps)
+	}
+	f, err := m.RunFailure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.OK {
+		t.Fatalf("failure workflow did not end as expected: %+v", f.Steps)
+	}
+	info, err := m.Agent(demo.Planner).ConsumerInfo(ctx, agentkit.PriorityHigh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Replicas != 0 && info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("planner consumer is not R3: %+v %+v", info.Config.Replicas, info.Cluster)
+	}
+}
+
+// ledger records how often each message id reached a handler.
+type ledger struct {
+	mu              sync.Mutex
+	seen            map[string]int
+	unique          atomic.Int64
+	dups            atomic.Int64
+	redeliveredSeen atomic.Int64 // handled with Delivery > 1
+}
+
+func (l *ledger) record(m *agentkit.Message) {
+	l.mu.Lock()
+	l.seen[m.MessageID]++
+	n := l.seen[m.MessageID]
+	l.mu.Unlock()
+	if n == 1 {
+		l.unique.Add(1)
+	} else {
+		l.dups.Add(1)
+	}
+	if m.Delivery > 1 {
+		l.redeliveredSeen.Add(1)
+	}
+}
+
+// TestCluster_LeaderFailoverUnderLoad sends 20,000 messages from 4
+// senders to 4 receivers while the MESH stream leader is shut down and
+// later restarted: every message is stored once and handled, no message id
+// reaches a handler twice, and the restarted node catches up.
+func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the 20,000-message failover test in -short mode (CI runs it without -short)")
+	}
+	const (
+		senders   = 4
+		receivers = 4
+		total     = 20000
+		batch     = 500
+	)
+	c := natstest.RunCluster(t, 3)
+	admin := c.Connect(t)
+	js, _ := jetstream.New(admin)
+	scheme, _ := subjects.New("load")
+	ensureStream(t, js, scheme)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+
+	// Short ack timeouts so a delivery lost with the old leader comes back
+	// within the test, and enough attempts that none is exhausted.
+	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second},
+		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
+	var asyncErrs atomic.Int64
+	opts := func() []agentkit.Option {
+		return []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
+			agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second),
+			agentkit.WithErrorHandler(func(error) { asyncErrs.Add(1) })}
+	}
+	l := &ledger{seen: make(map[string]int, total)}
+	var recv []*agentkit.Agent
+	for i := range receivers {
+		a, err := agentkit.New(c.Connect(t), fmt.Sprintf("worker_%d", i), opts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
+		natstest.WaitFor(t, 20*time.Second, func() error { return a.Start(ctx) })
+		recv = append(recv, a)
+		defer a.Stop()
+	}
+	payload := []byte(`{"data":"` + fmt.Sprintf("%0500d", 0) + `"}`)
+
+	var sendWG sync.WaitGroup
+	sendErrs := make(chan error, senders)
+	for s := range senders {
+		a, err := agentkit.New(c.Connect(t), fmt.Sprintf("sender_%d", s), opts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Stop()
+		sendWG.Go(func() {
+			envs := make([]*agentkit.Envelope, 0, batch)
+			for i := range total / senders {
+				e, err := a.NewRequest(ctx, fmt.Sprintf("worker_%d", (s+i)%receivers), "work", payload)
+				if err != nil {
+					sendErrs <- err
+					return
+				}
+				envs = append(envs, e)
+				if len(envs) == batch {
+					if err := a.SendBatch(ctx, envs); err != nil {
+						sendErrs <- err
+						return
+					}
+					envs = envs[:0]
+				}
+			}
+		})
+	}
+
+	// Once a quarter is handled, shut the stream leader down.
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		if n := l.unique.Load(); n < total/4 {
+			return fmt.Errorf("%d handled", n)
+		}
+		return nil
+	})
+	leader := -1
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		var err error
+		leader, err = c.StreamLeader(ctx, js, scheme.Stream())
+		return err
+	})
+	atKill := l.unique.Load()
+	t.Logf("shutting down stream leader %s with %d of %d handled", c.Opts[leader].ServerName, atKill, total)
+	c.Shutdown(leader)
+	// Keep the node down until the mesh has made progress without it.
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		if n := l.unique.Load(); n < atKill+total/4 && n < total {
+			return fmt.Errorf("%d handled since the shutdown", n-atKill)
+		}
+		return nil
+	})
+	t.Logf("restarting %s with %d handled", c.Opts[leader].ServerName, l.unique.Load())
+	c.Restart(t, leader)
+
+	sendWG.Wait()
+	close(sendErrs)
+	for err := range sendErrs {
+		t.Fatalf("send: %v", err)
+	}
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		if n := l.unique.Load(); n < total {
+			return fmt.Errorf("%d of %d distinct messages handled", n, total)
+		}
+		return nil
+	})
+	// Nothing may be left to redeliver before duplicates are counted.
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		for _, a := range recv {
+			info, err := a.ConsumerInfo(ctx, agentkit.PriorityNormal)
+			if err != nil {
+				return err
+			}
+			if info.NumAckPending != 0 || info.NumPending != 0 {
+				return fmt.Errorf("%s: %d ack pending, %d pending", a.ID(), info.NumAckPending, info.NumPending)
+			}
+		}
+		return nil
+	})
+	c.WaitStreamCurrent(t, js, scheme.Stream(), 60*time.Second)
+
+	st, err := js.Stream(ctx, scheme.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != total {
+		t.Errorf("stream holds %d messages, want %d (none lost, none stored twice)", info.State.Msgs, total)
+	}
+	var retries uint64
+	for _, a := range recv {
+		retries += a.Stats().PublishRetries
+	}
+	t.Logf("handled %d distinct, %d duplicate handler calls, %d handled on a redelivery; %d background errors",
+		l.unique.Load(), l.dups.Load(), l.redeliveredSeen.Load(), asyncErrs.Load())
+	if d := l.dups.Load(); d != 0 {
+		l.mu.Lock()
+		var ex []string
+		for id, n := range l.seen {
+			if n > 1 && len(ex) < 5 {
+				ex = append(ex, fmt.Sprintf("%s×%d", id, n))
+			}
+		}
+		l.mu.Unlock()
+		t.Errorf("%d handler calls saw a message id already handled (at-least-once redelivery after the failover; %d handled on a redelivery); e.g. %v",
+			d, l.redeliveredSeen.Load(), ex)
+	}
+}
