@@ -142,8 +142,10 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	adv := m.watchAdvisories()
-	pol := fastPolicy(100*time.Millisecond, 100*time.Millisecond)
-	pol.ProcessingLimit = 150 * time.Millisecond
+	// Margins of several scheduler delays on a loaded machine: the keep-alive
+	// must beat a 300ms ack wait, and the limit is two ack waits.
+	pol := fastPolicy(300*time.Millisecond, 300*time.Millisecond)
+	pol.ProcessingLimit = 600 * time.Millisecond
 	var rec recorder
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		rec.handle(nil)(ctx, msg)
@@ -162,18 +164,18 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	if rec.count() != 2 {
 		t.Fatalf("handled %d times, want 2 (MaxDeliver)", rec.count())
 	}
-	// The handler ran longer than the 100ms ack wait: InProgress kept the
+	// The handler ran longer than the 300ms ack wait: InProgress kept the
 	// first delivery alive, so the retry came from the NAK after the limit.
 	rec.mu.Lock()
 	gap := rec.at[1].Sub(rec.at[0])
 	rec.mu.Unlock()
-	if gap < 150*time.Millisecond {
-		t.Fatalf("second delivery after %v, want ≥ the 150ms processing limit", gap)
+	if gap < 600*time.Millisecond {
+		t.Fatalf("second delivery after %v, want ≥ the 600ms processing limit", gap)
 	}
 }
 
 // Without InProgress a message not acked within the ack wait would be
-// redelivered; with it, a 400ms handler under a 100ms ack wait is delivered once.
+// redelivered; with it, a 1s handler under a 300ms ack wait is delivered once.
 func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
@@ -181,9 +183,9 @@ func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
 	var rec recorder
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		rec.handle(nil)(ctx, msg)
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(time.Second)
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond)))
+	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond)))
 	sender := m.agent("sender")
 	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
 		t.Fatal(err)
