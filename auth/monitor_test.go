@@ -47,7 +47,7 @@ func TestMonitor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sends consumer: %v", err)
 	}
-	live, err := nc.SubscribeSync(sc.EventsSubjects()[1])
+	live, err := nc.SubscribeSync(subjects.AckMetricPrefix + "." + sc.Stream() + ".*")
 	if err != nil {
 		t.Fatal(err)
 	}

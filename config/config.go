@@ -186,6 +186,18 @@ type Monitor struct {
 	// metrics (1..100); send, NAK, TERM and MAX_DELIVERIES counts stay
 	// exact at any value (DESIGN.md §7). Default: 100.
 	SampleFrequency int `yaml:"sample_frequency"`
+	// ID is the monitor's id: the sender of its escalations and the prefix
+	// of its consumers. Default: "ackmonitor".
+	ID string `yaml:"id"`
+	// PinnedTTL is how long the standby of two monitor instances waits
+	// before taking over from a silent active one. Default: 10s.
+	PinnedTTL time.Duration `yaml:"pinned_ttl"`
+	// EscalateTerminated also escalates terminated (rejected) messages, not
+	// only exhausted ones. Default: false.
+	EscalateTerminated bool `yaml:"escalate_terminated"`
+	// LogLevel of the monitor binary: debug, info, warn or error.
+	// Default: "info".
+	LogLevel string `yaml:"log_level"`
 }
 
 // Alerts are seed 000's alert thresholds, in percent.
@@ -282,6 +294,15 @@ func (c *Config) setDefaults() {
 	}
 	if m.MinSamples == 0 {
 		m.MinSamples = 20
+	}
+	if m.ID == "" {
+		m.ID = "ackmonitor"
+	}
+	if m.PinnedTTL == 0 {
+		m.PinnedTTL = 10 * time.Second
+	}
+	if m.LogLevel == "" {
+		m.LogLevel = "info"
 	}
 	if m.Alerts.AckRateWarning == 0 {
 		m.Alerts.AckRateWarning = 95

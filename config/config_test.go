@@ -142,6 +142,10 @@ func TestEnv_EveryOverride(t *testing.T) {
 		{"AGENTMESH_MONITOR_ALERTS_TIMEOUT_RATE_CRITICAL", "20", func(c *config.Config) bool { return c.Monitor.Alerts.TimeoutRateCritical == 20 }},
 		{"AGENTMESH_MONITOR_DEFAULT_DIRECTOR", "boss", func(c *config.Config) bool { return c.Monitor.DefaultDirector == "boss" }},
 		{"AGENTMESH_MONITOR_SAMPLE_FREQUENCY", "10", func(c *config.Config) bool { return c.Monitor.SampleFrequency == 10 }},
+		{"AGENTMESH_MONITOR_ID", "mon2", func(c *config.Config) bool { return c.Monitor.ID == "mon2" }},
+		{"AGENTMESH_MONITOR_PINNED_TTL", "3s", func(c *config.Config) bool { return c.Monitor.PinnedTTL == 3*time.Second }},
+		{"AGENTMESH_MONITOR_ESCALATE_TERMINATED", "true", func(c *config.Config) bool { return c.Monitor.EscalateTerminated }},
+		{"AGENTMESH_MONITOR_LOG_LEVEL", "debug", func(c *config.Config) bool { return c.Monitor.LogLevel == "debug" }},
 		{"AGENTMESH_DEV_DATA_DIR", "/tmp/x", func(c *config.Config) bool { return c.Dev.DataDir == "/tmp/x" }},
 		{"AGENTMESH_DEV_LISTEN", "0.0.0.0:4333", func(c *config.Config) bool { return c.Dev.Listen == "0.0.0.0:4333" }},
 	}

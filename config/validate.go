@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -175,6 +176,16 @@ func (c *Config) Validate() error {
 	}
 	if m.SampleFrequency < 1 || m.SampleFrequency > 100 {
 		bad("monitor.sample_frequency", m.SampleFrequency, "must be a percentage, 1 to 100")
+	}
+	if err := subjects.ValidateToken("monitor id", m.ID); err != nil {
+		bad("monitor.id", m.ID, "must be an agent id [A-Za-z0-9_-]{1,64}")
+	}
+	if m.PinnedTTL < time.Second {
+		bad("monitor.pinned_ttl", m.PinnedTTL, "must be at least 1s")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
+		bad("monitor.log_level", m.LogLevel, "must be debug, info, warn or error")
 	}
 	if _, _, err := net.SplitHostPort(c.Dev.Listen); err != nil {
 		bad("dev.listen", c.Dev.Listen, "%v", err)

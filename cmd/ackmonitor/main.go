@@ -4,12 +4,14 @@
 // alerts, dead-letters and escalates exhausted messages, and serves a
 // dashboard, a JSON API and Prometheus metrics.
 //
-// Every flag has an AGENTMESH_* environment variable; flags win.
+// It reads the configuration shared with the agentmesh CLI (package
+// config): defaults < -config FILE < AGENTMESH_* environment < flags.
 //
 //	ackmonitor -nats nats://localhost:4222 -data ./data -http :8222
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -18,7 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,7 +28,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
-	"github.com/agentmesh-io/agentmesh/subjects"
+	"github.com/agentmesh-io/agentmesh/config"
 )
 
 func main() {
@@ -36,65 +38,26 @@ func main() {
 	}
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-func envDur(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return d
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return n
-	}
-	return def
-}
-
 func run(args []string) error {
-	fs := flag.NewFlagSet("ackmonitor", flag.ContinueOnError)
-	natsURL := fs.String("nats", env("AGENTMESH_NATS_URL", nats.DefaultURL), "NATS server URL(s), comma separated (AGENTMESH_NATS_URL)")
-	creds := fs.String("creds", env("AGENTMESH_NATS_CREDS", ""), "NATS credentials file (AGENTMESH_NATS_CREDS)")
-	dataDir := fs.String("data", env("AGENTMESH_DATA_DIR", "./data"), "data directory for the SQLite ledger (AGENTMESH_DATA_DIR)")
-	dsn := fs.String("postgres", env("AGENTMESH_POSTGRES_DSN", ""), "PostgreSQL DSN; when set the ledger lives there instead of SQLite (AGENTMESH_POSTGRES_DSN)")
-	httpAddr := fs.String("http", env("AGENTMESH_HTTP_ADDR", ":8222"), "HTTP listen address for the dashboard, API and /metrics (AGENTMESH_HTTP_ADDR)")
-	director := fs.String("default-director", env("AGENTMESH_DEFAULT_DIRECTOR", "director"), "director for senders without one in the registry (AGENTMESH_DEFAULT_DIRECTOR)")
-	prefix := fs.String("prefix", env("AGENTMESH_PREFIX", subjects.DefaultPrefix), "subject prefix of the mesh (AGENTMESH_PREFIX)")
-	id := fs.String("id", env("AGENTMESH_MONITOR_ID", "ackmonitor"), "monitor id: escalation sender and consumer prefix (AGENTMESH_MONITOR_ID)")
-	replicas := fs.Int("replicas", envInt("AGENTMESH_REPLICAS", 1), "replicas of the streams the monitor creates (AGENTMESH_REPLICAS)")
-	window := fs.Duration("window", envDur("AGENTMESH_WINDOW", 5*time.Minute), "sliding window of rates and alerts (AGENTMESH_WINDOW)")
-	minSamples := fs.Int("min-samples", envInt("AGENTMESH_MIN_SAMPLES", 20), "resolved messages needed before an agent's rates alert (AGENTMESH_MIN_SAMPLES)")
-	pinTTL := fs.Duration("pinned-ttl", envDur("AGENTMESH_PINNED_TTL", 10*time.Second), "failover time between monitor instances (AGENTMESH_PINNED_TTL)")
-	escTerm := fs.Bool("escalate-terminated", env("AGENTMESH_ESCALATE_TERMINATED", "") == "true", "also escalate terminated messages (AGENTMESH_ESCALATE_TERMINATED)")
-	logLevel := fs.String("log-level", env("AGENTMESH_LOG_LEVEL", "info"), "debug, info, warn or error (AGENTMESH_LOG_LEVEL)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return err
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	scheme, err := subjects.New(*prefix)
+	cfg, err := configure(args)
 	if err != nil {
 		return err
 	}
-
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Monitor.LogLevel)); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	dataDir := cmp.Or(cfg.Monitor.DataDir, "./data")
 	var st store.Store
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	if *dsn != "" {
-		st, err = store.OpenPostgres(openCtx, *dsn)
+	if cfg.Monitor.PostgresDSN != "" {
+		st, err = store.OpenPostgres(openCtx, cfg.Monitor.PostgresDSN)
 	} else {
-		st, err = store.OpenSQLite(openCtx, *dataDir)
+		st, err = store.OpenSQLite(openCtx, dataDir)
 	}
 	cancel()
 	if err != nil {
@@ -102,31 +65,29 @@ func run(args []string) error {
 	}
 	defer st.Close()
 
-	opts := []nats.Option{nats.Name("agentmesh-ackmonitor-" + *id), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second),
+	cfg.NATS.Name = cmp.Or(cfg.NATS.Name, "agentmesh-ackmonitor-"+cfg.Monitor.ID)
+	nc, err := cfg.NATS.Connect(ctx,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrl()) }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats async error", "err", err) })}
-	if *creds != "" {
-		opts = append(opts, nats.UserCredentials(*creds))
-	}
-	nc, err := nats.Connect(*natsURL, opts...)
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", *natsURL, err)
-	}
-	defer nc.Close()
-
-	mon, err := ackmonitor.New(nc, ackmonitor.Config{
-		Store: st, Scheme: scheme, MonitorID: *id, Logger: log, Replicas: *replicas, Window: *window,
-		PinnedTTL: *pinTTL, DefaultDirector: *director, EscalateTerminated: *escTerm,
-		Thresholds: ackmonitor.Thresholds{MinSamples: int64(*minSamples)},
-	})
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats async error", "err", err) }))
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: *httpAddr, Handler: mon.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	defer nc.Close()
+
+	mcfg, err := cfg.AckMonitor(st, log)
+	if err != nil {
+		return err
+	}
+	mon, err := ackmonitor.New(nc, mcfg)
+	if err != nil {
+		return err
+	}
+	httpAddr := cfg.Monitor.HTTPAddr
+	srv := &http.Server{Addr: httpAddr, Handler: mon.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	httpErr := make(chan error, 1)
 	go func() {
-		log.Info("http listening", "addr", *httpAddr)
+		log.Info("http listening", "addr", httpAddr)
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			httpErr <- err
 			stop()
@@ -149,4 +110,80 @@ func run(args []string) error {
 		log.Warn("nats drain", "err", err)
 	}
 	return runErr
+}
+
+// configure loads the shared configuration (the file of -config or
+// $AGENTMESH_CONFIG, then the AGENTMESH_* environment; see package config
+// and deploy/agentmesh.example.yaml) and applies the flags given on top.
+func configure(args []string) (*config.Config, error) {
+	fs := flag.NewFlagSet("ackmonitor", flag.ContinueOnError)
+	path := fs.String("config", os.Getenv("AGENTMESH_CONFIG"), "configuration file, YAML (AGENTMESH_CONFIG)")
+	// The flags override the configuration; their defaults are only shown.
+	d := config.Default()
+	fs.String("nats", strings.Join(d.NATS.URLs, ","), "NATS server URL(s), comma separated (nats.urls, AGENTMESH_NATS_URLS)")
+	fs.String("creds", "", "NATS credentials file (nats.creds, AGENTMESH_NATS_CREDS)")
+	fs.String("data", "./data", "directory of the SQLite ledger (monitor.data_dir, AGENTMESH_MONITOR_DATA_DIR)")
+	fs.String("postgres", "", "PostgreSQL DSN; the ledger lives there instead of SQLite (monitor.postgres_dsn, AGENTMESH_MONITOR_POSTGRES_DSN)")
+	fs.String("http", d.Monitor.HTTPAddr, "dashboard, API and /metrics address (monitor.http_addr, AGENTMESH_MONITOR_HTTP_ADDR)")
+	fs.String("default-director", d.Monitor.DefaultDirector, "director of senders without one in the registry (monitor.default_director)")
+	fs.String("prefix", d.Mesh.Prefix, "subject prefix of the mesh (mesh.prefix, AGENTMESH_MESH_PREFIX)")
+	fs.String("id", d.Monitor.ID, "monitor id: escalation sender and consumer prefix (monitor.id)")
+	fs.Int("replicas", d.Mesh.Replicas, "replicas of the streams the monitor creates (mesh.replicas)")
+	fs.Duration("window", d.Monitor.Window, "sliding window of rates and alerts (monitor.window)")
+	fs.Int("min-samples", d.Monitor.MinSamples, "resolved messages before an agent's rates can alert (monitor.min_samples)")
+	fs.Duration("pinned-ttl", d.Monitor.PinnedTTL, "failover time between monitor instances (monitor.pinned_ttl)")
+	fs.Bool("escalate-terminated", false, "also escalate terminated messages (monitor.escalate_terminated)")
+	fs.String("log-level", d.Monitor.LogLevel, "debug, info, warn or error (monitor.log_level)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return nil, err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		v := f.Value.String()
+		m := &cfg.Monitor
+		switch f.Name {
+		case "nats":
+			cfg.NATS.URLs = strings.Split(v, ",")
+		case "creds":
+			cfg.NATS.Creds = v
+		case "data":
+			m.DataDir = v
+		case "postgres":
+			m.PostgresDSN = v
+		case "http":
+			m.HTTPAddr = v
+		case "default-director":
+			m.DefaultDirector = v
+		case "prefix":
+			cfg.Mesh.Prefix = v
+		case "id":
+			m.ID = v
+		case "log-level":
+			m.LogLevel = v
+		default: // typed flags: read back through the flag's getter
+			switch g := f.Value.(flag.Getter).Get().(type) {
+			case int:
+				if f.Name == "replicas" {
+					cfg.Mesh.Replicas = g
+				} else {
+					m.MinSamples = g
+				}
+			case time.Duration:
+				if f.Name == "window" {
+					m.Window = g
+				} else {
+					m.PinnedTTL = g
+				}
+			case bool:
+				m.EscalateTerminated = g
+			}
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }

@@ -23,7 +23,7 @@ func TestRun_FlagsServeAndSignal(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	data := t.TempDir()
-	t.Setenv("AGENTMESH_NATS_URL", s.ClientURL())
+	t.Setenv("AGENTMESH_NATS_URLS", s.ClientURL())
 	done := make(chan error, 1)
 	go func() {
 		done <- run([]string{"-data", data, "-http", addr, "-log-level", "error", "-pinned-ttl", "1s"})

@@ -34,13 +34,10 @@ type monitorHandle struct {
 // has provisioned its streams and consumers; stop ends everything it
 // started.
 func startMonitor(ctx context.Context, cfg *config.Config, nc *nats.Conn, dataDir, httpAddr, director string, log *slog.Logger) (monitorHandle, error) {
-	scheme, err := cfg.Scheme()
-	if err != nil {
-		return monitorHandle{}, err
-	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var st store.Store
+	var err error
 	if cfg.Monitor.PostgresDSN != "" {
 		st, err = store.OpenPostgres(octx, cfg.Monitor.PostgresDSN)
 	} else {
@@ -49,14 +46,13 @@ func startMonitor(ctx context.Context, cfg *config.Config, nc *nats.Conn, dataDi
 	if err != nil {
 		return monitorHandle{}, err
 	}
-	a := cfg.Monitor.Alerts
-	mon, err := ackmonitor.New(nc, ackmonitor.Config{
-		Store: st, Scheme: scheme, Logger: log, Replicas: cfg.Mesh.Replicas, Window: cfg.Monitor.Window,
-		DefaultDirector: director,
-		Thresholds: ackmonitor.Thresholds{AckWarning: a.AckRateWarning / 100, AckCritical: a.AckRateCritical / 100,
-			TimeoutWarning: a.TimeoutRateWarning / 100, TimeoutCritical: a.TimeoutRateCritical / 100,
-			MinSamples: int64(cfg.Monitor.MinSamples)},
-	})
+	mcfg, err := cfg.AckMonitor(st, log)
+	if err != nil {
+		st.Close()
+		return monitorHandle{}, err
+	}
+	mcfg.DefaultDirector = director
+	mon, err := ackmonitor.New(nc, mcfg)
 	if err != nil {
 		st.Close()
 		return monitorHandle{}, err
