@@ -8,8 +8,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,11 +21,13 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/auth"
+	"github.com/agentmesh-io/agentmesh/config"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
 // testPKI is a CA with one server and one client certificate.
 type testPKI struct {
+	ca     *x509.Certificate
 	pool   *x509.CertPool
 	server tls.Certificate
 	client tls.Certificate
@@ -68,6 +73,7 @@ func newTestPKI(t *testing.T) testPKI {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	return testPKI{
+		ca:     ca,
 		pool:   pool,
 		server: issue(2, "nats", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)}),
 		client: issue(3, "agent", x509.ExtKeyUsageClientAuth, nil),
@@ -144,5 +150,71 @@ func TestTLS(t *testing.T) {
 	if nc, err := nats.Connect(s.ClientURL(), clientTLS(true)); err == nil {
 		nc.Close()
 		t.Fatal("connected with a certificate but no nkey")
+	}
+}
+
+// TestTLS_FromConfig connects agents the way programs do, from the shared
+// configuration: an nkey seed file, a CA file, and a client certificate
+// and key file (config.NATS.Connect).
+func TestTLS_FromConfig(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	b := generate(t, []auth.AgentSpec{{ID: "A"}, {ID: "B"}}, auth.Options{})
+	s := natstest.RunServer(t, withAuth(t, b), func(o *server.Options) {
+		o.TLS, o.TLSVerify, o.TLSTimeout = true, true, 5
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pki.server},
+			ClientCAs: pki.pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	})
+	dir := t.TempDir()
+	if err := b.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	writePEM := func(name, typ string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	keyDER, err := x509.MarshalECPrivateKey(pki.client.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPath := writePEM("ca.pem", "CERTIFICATE", pki.ca.Raw)
+	certPath := writePEM("client.pem", "CERTIFICATE", pki.client.Certificate[0])
+	keyPath := writePEM("client-key.pem", "EC PRIVATE KEY", keyDER)
+	provision(t, s, b, auth.ProvisionOptions{}, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pki.pool, Certificates: []tls.Certificate{pki.client}}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	agents := map[string]*agentkit.Agent{}
+	for _, id := range []string{"A", "B"} {
+		cfg := config.Default()
+		cfg.NATS.URLs = []string{s.ClientURL()}
+		cfg.NATS.NKeySeed = filepath.Join(dir, id+".nk")
+		cfg.NATS.TLS.CA, cfg.NATS.TLS.Cert, cfg.NATS.TLS.Key = caPath, certPath, keyPath
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		nc, err := cfg.NATS.Connect(ctx, nats.CustomInboxPrefix(auth.InboxPrefix(id)))
+		if err != nil {
+			t.Fatalf("connect %s from config: %v", id, err)
+		}
+		t.Cleanup(nc.Close)
+		if !nc.TLSRequired() {
+			t.Fatalf("%s is not on TLS", id)
+		}
+		agents[id] = isolatedAgent(t, nc, id)
+	}
+	if err := agents["B"].HandleFunc("ping", func(ctx context.Context, m *agentkit.Message) error { return m.Reply(ctx, "pong", nil) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, ag := range agents {
+		if err := ag.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp, err := agents["A"].Request(ctx, "B", "ping", nil); err != nil || resp.Action != "pong" {
+		t.Fatalf("Request: %v %v", resp, err)
 	}
 }
