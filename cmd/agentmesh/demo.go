@@ -190,7 +190,7 @@ func (a *app) demoRound(ctx context.Context, out io.Writer, mesh *demo.Mesh, js 
 			continue
 		}
 		printWorkflow(out, i+1, w)
-		entries, err := trace.Read(ctx, js, a.scheme().Stream(), w.Correlation)
+		entries, err := trace.Read(ctx, js, a.scheme(), w.Correlation)
 		if err != nil {
 			return false, err
 		}

@@ -34,7 +34,7 @@ the time offset from the first message and the stream sequence.` + exitCodesHelp
 				return err
 			}
 			defer nc.Close()
-			entries, err := trace.Read(ctx, js, a.scheme().Stream(), args[0])
+			entries, err := trace.Read(ctx, js, a.scheme(), args[0])
 			if err != nil {
 				return err
 			}

@@ -55,11 +55,11 @@ type Node struct {
 // ErrNoStream is returned by [Read] when the stream does not exist.
 var ErrNoStream = errors.New("trace: stream does not exist")
 
-// Read returns the messages of stream whose Mesh-Correlation-Id header is
-// correlation, in stream order. It scans only the headers of the messages
-// stored when it starts (an ordered, headers-only consumer) and fetches the
-// full bodies of the matches by sequence.
-func Read(ctx context.Context, js jetstream.JetStream, stream, correlation string) ([]Entry, error) {
+// Read returns the messages of the scheme's stream whose correlation id is
+// correlation, in stream order: agentkit.WorkflowStatus finds them by
+// their headers, then their full bodies are fetched by sequence.
+func Read(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, correlation string) ([]Entry, error) {
+	stream := scheme.Stream()
 	st, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
@@ -67,56 +67,18 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, correlation strin
 	if err != nil {
 		return nil, fmt.Errorf("trace: stream %s: %w", stream, err)
 	}
-	info, err := st.Info(ctx)
+	wf, err := agentkit.WorkflowStatus(ctx, js, scheme, correlation, time.Time{})
 	if err != nil {
-		return nil, fmt.Errorf("trace: stream %s: %w", stream, err)
+		return nil, fmt.Errorf("trace: %w", err)
 	}
-	last := info.State.LastSeq
-	if info.State.Msgs == 0 {
-		return nil, nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
-	}
-	var seqs []uint64
-	for {
-		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
-		}
-		n, done := 0, false
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			if m.Headers().Get(agentkit.HeaderCorrelation) == correlation {
-				seqs = append(seqs, md.Sequence.Stream)
-			}
-			if md.Sequence.Stream >= last || md.NumPending == 0 {
-				done = true
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
-		}
-		if done || n == 0 {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("trace: scan %s: %w", stream, err)
-		}
-	}
-	entries := make([]Entry, 0, len(seqs))
-	for _, seq := range seqs {
-		raw, err := st.GetMsg(ctx, seq)
+	entries := make([]Entry, 0, len(wf.Messages))
+	for _, m := range wf.Messages {
+		raw, err := st.GetMsg(ctx, m.Seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // aged out or deleted since the scan
 		}
 		if err != nil {
-			return nil, fmt.Errorf("trace: get %s/%d: %w", stream, seq, err)
+			return nil, fmt.Errorf("trace: get %s/%d: %w", stream, m.Seq, err)
 		}
 		entries = append(entries, NewEntry(raw.Sequence, raw.Time, raw.Subject, raw.Header.Get(agentkit.HeaderMsgID),
 			raw.Header.Get(agentkit.HeaderInReplyTo), raw.Header.Get(agentkit.HeaderType), raw.Header.Get(agentkit.HeaderAction), raw.Data))

@@ -2,6 +2,7 @@ package trace_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -88,17 +89,18 @@ func TestRead_FiltersByCorrelation(t *testing.T) {
 		}
 	}
 	js, _ := jetstream.New(nc)
-	entries, err := trace.Read(ctx, js, "MESH", "wanted")
+	entries, err := trace.Read(ctx, js, subjects.Default, "wanted")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(entries) != 2 || entries[0].Action != "plan" || entries[1].InReplyTo != entries[0].MessageID {
 		t.Fatalf("entries = %+v", entries)
 	}
-	if entries, err := trace.Read(ctx, js, "MESH", "nothing"); err != nil || len(entries) != 0 {
+	if entries, err := trace.Read(ctx, js, subjects.Default, "nothing"); err != nil || len(entries) != 0 {
 		t.Fatalf("unknown correlation: %v %v", entries, err)
 	}
-	if _, err := trace.Read(ctx, js, "NOPE", "x"); err == nil {
+	nope, _ := subjects.New("nope")
+	if _, err := trace.Read(ctx, js, nope, "x"); !errors.Is(err, trace.ErrNoStream) {
 		t.Fatal("missing stream: no error")
 	}
 }
