@@ -98,18 +98,11 @@ func publishAll(ctx context.Context, js jetstream.JetStream, n int, msg func(i i
 }
 
 func rawThroughput(ctx context.Context, env *runEnv, agents int) (*measurement, error) {
-	cs, closeAll, err := conns(env.cfg.URL, agents+1)
+	cs, js, name, cleanup, err := rawSetup(ctx, env, agents+1)
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll()
-	js, _ := jetstream.New(cs[0])
-	name := strings.ToUpper(env.id)
-	_, drop, err := rawStream(ctx, js, name)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
+	defer cleanup()
 	m := newMeasurement(env.cfg.Messages)
 	var ccs []jetstream.ConsumeContext
 	defer func() {
@@ -157,18 +150,11 @@ func pace(ctx context.Context, n, rate int, send func(i int)) error {
 func requests(cfg Config) int { return min(cfg.Messages, 3*cfg.Rate) }
 
 func rawRequest(ctx context.Context, env *runEnv) (*measurement, error) {
-	cs, closeAll, err := conns(env.cfg.URL, 3)
+	cs, js, name, cleanup, err := rawSetup(ctx, env, 3)
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll()
-	js, _ := jetstream.New(cs[0])
-	name := strings.ToUpper(env.id)
-	_, drop, err := rawStream(ctx, js, name)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
+	defer cleanup()
 	rjs, _ := jetstream.New(cs[1])
 	var errMu sync.Mutex
 	var firstErr error
@@ -225,18 +211,11 @@ func cmpErr(a, b error) error {
 const critical = 10
 
 func rawBacklog(ctx context.Context, env *runEnv) (*measurement, error) {
-	cs, closeAll, err := conns(env.cfg.URL, 2)
+	cs, js, name, cleanup, err := rawSetup(ctx, env, 2)
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll()
-	js, _ := jetstream.New(cs[0])
-	name := strings.ToUpper(env.id)
-	_, drop, err := rawStream(ctx, js, name)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
+	defer cleanup()
 	if err := publishAll(ctx, js, env.cfg.Messages, func(int) *nats.Msg { return stamped(name+".low", env.payload, "low") }); err != nil {
 		return nil, err
 	}
@@ -257,4 +236,21 @@ func rawBacklog(ctx context.Context, env *runEnv) (*measurement, error) {
 		return nil, err
 	}
 	return m, m.wait(ctx)
+}
+
+// rawSetup opens n connections and the run's stream (named after the run
+// id) through the first; cleanup deletes the stream and closes them.
+func rawSetup(ctx context.Context, env *runEnv, n int) (cs []*nats.Conn, js jetstream.JetStream, name string, cleanup func(), err error) {
+	cs, closeAll, err := conns(env.cfg.URL, n)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	js, _ = jetstream.New(cs[0])
+	name = strings.ToUpper(env.id)
+	_, drop, err := rawStream(ctx, js, name)
+	if err != nil {
+		closeAll()
+		return nil, nil, "", nil, err
+	}
+	return cs, js, name, func() { drop(); closeAll() }, nil
 }
