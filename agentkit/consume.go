@@ -349,7 +349,6 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		}
 		a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
 		a.stats.add(OutcomeNak)
-		a.opts.logger.Debug("message retried", "agent", a.id, "message_id", env.MessageID, "action", env.Action, "delivery", d.delivery, "delay", delay, "err", err)
 		if d.delivery >= uint64(d.policy.MaxDeliver) && a.answers(d) {
 			e := NewError(code, "giving up after %d attempts: %v", d.delivery, err)
 			a.reply(a.failureReply(env, e, elapsed))
