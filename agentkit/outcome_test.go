@@ -57,7 +57,7 @@ func TestOutcome_BusyNaksWithDelayThenAcks(t *testing.T) {
 			return agentkit.Busy(0)
 		}
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityHigh, fastPolicy(100*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond)))
+	}}, agentkit.WithPolicy(agentkit.PriorityHigh, fastPolicy(200*time.Millisecond, 400*time.Millisecond, 400*time.Millisecond)))
 	sender := m.agent("sender")
 	if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityHigh)); err != nil {
 		t.Fatal(err)
@@ -70,13 +70,13 @@ func TestOutcome_BusyNaksWithDelayThenAcks(t *testing.T) {
 	if d := adv.of(subjects.EventAck, 0)[0].Deliveries; d != 3 {
 		t.Fatalf("acked on delivery %d, want 3", d)
 	}
-	// NakWithDelay follows the priority's backoff: 100ms after the first
-	// attempt, 300ms after the second.
+	// NakWithDelay follows the priority's backoff: 200ms after the first
+	// attempt, 400ms after the second.
 	rec.mu.Lock()
 	gap1, gap2 := rec.at[1].Sub(rec.at[0]), rec.at[2].Sub(rec.at[1])
 	rec.mu.Unlock()
-	if gap1 < 100*time.Millisecond || gap2 < 300*time.Millisecond {
-		t.Fatalf("redelivery gaps %v, %v; want ≥ 100ms, ≥ 300ms", gap1, gap2)
+	if gap1 < 200*time.Millisecond || gap2 < 400*time.Millisecond {
+		t.Fatalf("redelivery gaps %v, %v; want ≥ 200ms, ≥ 400ms", gap1, gap2)
 	}
 	if n := recv.Stats().Outcomes[agentkit.OutcomeNak]; n != 2 {
 		t.Fatalf("nak outcomes = %d, want 2", n)
@@ -120,7 +120,7 @@ func TestOutcome_PanicRecoveredAndRetried(t *testing.T) {
 			panic("model returned nonsense")
 		}
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(50*time.Millisecond, 50*time.Millisecond)))
+	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(300*time.Millisecond, 300*time.Millisecond)))
 	sender := m.agent("sender")
 	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
 		t.Fatal(err)
@@ -142,10 +142,10 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	adv := m.watchAdvisories()
-	// Margins of several scheduler delays on a loaded machine: the keep-alive
-	// must beat a 300ms ack wait, and the limit is two ack waits.
-	pol := fastPolicy(300*time.Millisecond, 300*time.Millisecond)
-	pol.ProcessingLimit = 600 * time.Millisecond
+	// Margins of many scheduler delays on a loaded machine under -race: the
+	// keep-alive must beat a 1s ack wait, and the limit is two ack waits.
+	pol := fastPolicy(time.Second, time.Second)
+	pol.ProcessingLimit = 2 * time.Second
 	var rec recorder
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		rec.handle(nil)(ctx, msg)
@@ -164,18 +164,18 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	if rec.count() != 2 {
 		t.Fatalf("handled %d times, want 2 (MaxDeliver)", rec.count())
 	}
-	// The handler ran longer than the 300ms ack wait: InProgress kept the
+	// The handler ran longer than the 1s ack wait: InProgress kept the
 	// first delivery alive, so the retry came from the NAK after the limit.
 	rec.mu.Lock()
 	gap := rec.at[1].Sub(rec.at[0])
 	rec.mu.Unlock()
-	if gap < 600*time.Millisecond {
-		t.Fatalf("second delivery after %v, want ≥ the 600ms processing limit", gap)
+	if gap < 2*time.Second {
+		t.Fatalf("second delivery after %v, want ≥ the 2s processing limit", gap)
 	}
 }
 
 // Without InProgress a message not acked within the ack wait would be
-// redelivered; with it, a 1s handler under a 300ms ack wait is delivered once.
+// redelivered; with it, a 2.5s handler under a 1s ack wait is delivered once.
 func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
@@ -183,9 +183,9 @@ func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
 	var rec recorder
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		rec.handle(nil)(ctx, msg)
-		time.Sleep(time.Second)
+		time.Sleep(2500 * time.Millisecond)
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond)))
+	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(time.Second, time.Second, time.Second)))
 	sender := m.agent("sender")
 	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
 		t.Fatal(err)
