@@ -238,6 +238,11 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 		a.settleAck(d, OutcomeDuplicate)
 		return
 	}
+	if !a.handled.begin(d.seq) {
+		a.stats.add(OutcomeDuplicate) // the run in progress settles it
+		return
+	}
+	defer a.handled.end(d.seq)
 	h := a.handler(d.env.Action)
 	if h == nil {
 		a.settle(d, Reject(CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)

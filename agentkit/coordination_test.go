@@ -283,3 +283,50 @@ func TestDedup_RedeliveryOfHandledMessageSkipsHandler(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "replay handled again without dedup", func() bool { return rec2.count() == 2 })
 }
+
+// A redelivery that arrives while the first delivery's handler still runs
+// on this instance does not start a second run; the running one settles it.
+func TestDedup_RedeliveryWhileRunningIsNotHandledTwice(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	started := make(chan struct{}, 4)
+	var rec recorder
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		started <- struct{}{}
+		rec.handle(nil)(ctx, msg)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}}, agentkit.WithRegistration(false))
+	t.Cleanup(free) // registered after the agent's Stop, so it runs first: handlers never block Stop
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	js, _ := jetstream.New(m.conn())
+	if _, err := js.ResetConsumerToSequence(ctx(t), "MESH", "recv_normal", 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "redelivery seen as a duplicate", func() bool {
+		return recv.Stats().Outcomes[agentkit.OutcomeDuplicate] == 1
+	})
+	free()
+	eventually(t, 5*time.Second, "acked", func() bool { return recv.Stats().Outcomes[agentkit.OutcomeAck] == 1 })
+	if rec.count() != 1 {
+		t.Fatalf("handler ran %d times", rec.count())
+	}
+	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 {
+		t.Fatalf("%d messages still unacknowledged", info.NumAckPending)
+	}
+}

@@ -20,6 +20,7 @@ import (
 type handledSet struct {
 	mu       sync.Mutex
 	cur, old map[uint64]struct{}
+	running  map[uint64]struct{} // sequences whose handler runs now
 	window   time.Duration
 	rotated  time.Time
 }
@@ -27,8 +28,36 @@ type handledSet struct {
 func (h *handledSet) init(window time.Duration) {
 	h.window, h.rotated = window, time.Now()
 	if window > 0 {
-		h.cur, h.old = map[uint64]struct{}{}, map[uint64]struct{}{}
+		h.cur, h.old, h.running = map[uint64]struct{}{}, map[uint64]struct{}{}, map[uint64]struct{}{}
 	}
+}
+
+// begin marks seq as being handled. It returns false when a handler for
+// seq already runs on this instance: a redelivery that overtook a slow
+// handler (its InProgress came too late). Acks, NAKs and InProgress act on
+// the stream sequence, so the running handler's outcome settles the
+// message and a second run is not started.
+func (h *handledSet) begin(seq uint64) bool {
+	if h.window <= 0 || seq == 0 {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.running[seq]; ok {
+		return false
+	}
+	h.running[seq] = struct{}{}
+	return true
+}
+
+// end unmarks seq once its handler has been settled.
+func (h *handledSet) end(seq uint64) {
+	if h.window <= 0 || seq == 0 {
+		return
+	}
+	h.mu.Lock()
+	delete(h.running, seq)
+	h.mu.Unlock()
 }
 
 // seen reports whether seq was handled recently.

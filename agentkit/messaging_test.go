@@ -70,7 +70,11 @@ func TestRequest_TimeoutThenLateResponse(t *testing.T) {
 	m := newMesh(t)
 	release := make(chan struct{})
 	m.started("slow", map[string]agentkit.HandlerFunc{"think": func(ctx context.Context, msg *agentkit.Message) error {
-		<-release
+		select {
+		case <-release:
+		case <-ctx.Done(): // the agent stops (a failed test must not hang)
+			return ctx.Err()
+		}
 		return msg.Reply(ctx, "thought", nil)
 	}})
 	orch := m.started("orch", nil)
@@ -293,7 +297,11 @@ func TestCritical_OvertakesLowBacklog(t *testing.T) {
 	criticalDone := make(chan struct{})
 	recv := m.agent("recv", agentkit.WithConcurrency(2))
 	recv.HandleFunc("low_work", func(ctx context.Context, _ *agentkit.Message) error {
-		<-gate // the general workers are all busy with low work
+		select {
+		case <-gate: // the general workers are all busy with low work
+		case <-ctx.Done(): // the agent stops (a failed test must not hang)
+			return ctx.Err()
+		}
 		lowDone.Add(1)
 		return nil
 	})

@@ -23,7 +23,7 @@ const (
 	OutcomeCapabilityMissing Outcome = "capability_missing" // no handler for the action (also counted as term)
 	OutcomeReroute           Outcome = "reroute"            // forwarded to another agent by Reroute; acked
 	OutcomeFallback          Outcome = "fallback"           // a send redirected from an open circuit to a fallback agent
-	OutcomeDuplicate         Outcome = "duplicate"          // a redelivery of a message this instance already handled; acked
+	OutcomeDuplicate         Outcome = "duplicate"          // a redelivery of a message this instance handled (acked) or is handling (left to that run)
 )
 
 // Outcomes lists every outcome.
