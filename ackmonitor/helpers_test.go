@@ -28,17 +28,8 @@ func testCtx(t testing.TB) context.Context {
 	return c
 }
 
-// eventually polls cond every 20ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds or d passes.
+var eventually = natstest.Eventually
 
 // storeKind names the two ledger implementations.
 type storeKind string

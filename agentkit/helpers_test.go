@@ -65,17 +65,8 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds or d passes.
+var eventually = natstest.Eventually
 
 // advisory is a consumer advisory captured from the server.
 type advisory struct {

@@ -63,3 +63,16 @@ func Connect(tb testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	tb.Cleanup(nc.Close)
 	return nc
 }
+
+// Eventually polls cond every 10ms until it holds, failing tb with what
+// after d. Tests poll with it instead of sleeping.
+func Eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
