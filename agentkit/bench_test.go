@@ -26,6 +26,7 @@ var benchPayload = []byte(`{"data":"` + strings.Repeat("x", 512-11) + `"}`)
 // one embedded server in one run, three ways:
 //
 //	raw             nats.go: PublishAsync from one goroutine → Consume → Ack
+//	raw-envelope    the same, carrying agentkit's envelope bytes and headers
 //	agentkit-batch  SendBatch of 256 from one goroutine → handler → Ack
 //	agentkit        Send from 64 goroutines (each waits for its stream ack) → handler → Ack
 //	agentkit-metrics  the same with Prometheus metrics on both agents
@@ -35,7 +36,8 @@ var benchPayload = []byte(`{"data":"` + strings.Repeat("x", 512-11) + `"}`)
 // run; absolute figures on a shared machine are noise.
 func BenchmarkThroughput(b *testing.B) {
 	s := natstest.RunServer(b)
-	b.Run("raw", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s)) })
+	b.Run("raw", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s), rawPayload) })
+	b.Run("raw-envelope", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s), rawEnvelopeMessage(b)) })
 	b.Run("agentkit-batch", func(b *testing.B) {
 		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendBatches)
 	})
@@ -48,7 +50,34 @@ func BenchmarkThroughput(b *testing.B) {
 	})
 }
 
-func benchRaw(b *testing.B, pubConn, subConn *nats.Conn) {
+// rawPayload is the raw scenario's message: the payload alone.
+func rawPayload(subject string) *nats.Msg {
+	return &nats.Msg{Subject: subject, Data: benchPayload, Header: nats.Header{jetstream.MsgIDHeader: {agentkit.NewMessageID()}}}
+}
+
+// rawEnvelopeMessage returns the raw-envelope scenario's messages: the bytes and
+// headers agentkit puts on the wire for a request carrying benchPayload,
+// encoded once, each message with its own Nats-Msg-Id. Against raw it
+// prices the envelope's size; against agentkit, agentkit's own work.
+func rawEnvelopeMessage(b *testing.B) func(string) *nats.Msg {
+	e := agentkit.NewEnvelope(agentkit.TypeRequest, "sender", "work")
+	e.ReceiverID, e.Correlation, e.Payload = "receiver", e.MessageID, benchPayload
+	data, err := e.Encode()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(subject string) *nats.Msg {
+		id := agentkit.NewMessageID()
+		return &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
+			jetstream.MsgIDHeader:      {id},
+			agentkit.HeaderType:        {string(e.MessageType)},
+			agentkit.HeaderAction:      {e.Action},
+			agentkit.HeaderCorrelation: {id},
+		}}
+	}
+}
+
+func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, message func(subject string) *nats.Msg) {
 	ctx := context.Background()
 	js, _ := jetstream.New(pubConn)
 	stream := fmt.Sprintf("RAW%d", b.N)
@@ -75,7 +104,7 @@ func benchRaw(b *testing.B, pubConn, subConn *nats.Conn) {
 	}
 	defer cc.Stop()
 	for i := 0; i < b.N; i++ {
-		if _, err := js.PublishAsync(stream+".x", benchPayload, jetstream.WithMsgID(agentkit.NewMessageID())); err != nil {
+		if _, err := js.PublishMsgAsync(message(stream + ".x")); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -172,7 +172,7 @@ func (e *Envelope) Encode() ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := jsonv2.Marshal(e, jsonv2.Deterministic(true))
+	b, err := e.appendJSON(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
 	}

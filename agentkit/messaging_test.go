@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -378,5 +379,72 @@ func TestExpired_NeverHandled(t *testing.T) {
 	info, _ := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
 	if info.NumAckPending != 0 || info.NumRedelivered != 0 {
 		t.Fatalf("expired message not acked: %+v", info)
+	}
+}
+
+// Concurrent Send and SendBatch calls encode into recycled buffers; every
+// message must arrive with exactly the payload it was sent with.
+func TestSend_ConcurrentPayloadsIntact(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	type body struct {
+		ID  string `json:"id"`
+		Pad string `json:"pad"`
+	}
+	const senders, each = 16, 40
+	var mu sync.Mutex
+	bad := []string{}
+	got := map[string]int{}
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(_ context.Context, msg *agentkit.Message) error {
+		var b body
+		err := msg.DecodePayload(&b)
+		mu.Lock()
+		defer mu.Unlock()
+		// The payload names its own message; the pad's length is tied to it.
+		if err != nil || b.ID != msg.MessageID || len(b.Pad) != 100+int(b.ID[0])*7 {
+			bad = append(bad, string(msg.Payload))
+		}
+		got[msg.MessageID]++
+		return nil
+	}}, agentkit.WithConcurrency(4))
+	sender := m.agent("sender")
+	payload := func(id string) body { return body{ID: id, Pad: strings.Repeat(id[:1], 100+int(id[0])*7)} }
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Go(func() {
+			if g%2 == 0 { // Send, one at a time
+				for range each {
+					id := agentkit.NewMessageID()
+					if _, err := sender.Send(ctx(t), "recv", "work", payload(id), agentkit.WithMessageID(id)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				return
+			}
+			batch := make([]*agentkit.Envelope, each) // SendBatch, all at once
+			for i := range batch {
+				id := agentkit.NewMessageID()
+				e, err := sender.NewRequest(ctx(t), "recv", "work", payload(id), agentkit.WithMessageID(id))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				batch[i] = e
+			}
+			if err := sender.SendBatch(ctx(t), batch); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, 10*time.Second, "all handled", func() bool { return recv.Stats().Outcomes[agentkit.OutcomeAck] >= senders*each })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("%d payloads did not match their message, first: %s", len(bad), bad[0])
+	}
+	if len(got) != senders*each {
+		t.Fatalf("handled %d distinct messages, want %d", len(got), senders*each)
 	}
 }

@@ -225,45 +225,55 @@ func (a *Agent) sendReply(ctx context.Context, e *Envelope) error {
 	return a.publish(ctx, subject, e)
 }
 
+// outMsg is an encoded envelope ready to publish. Its data lives in a
+// pooled buffer (buf, nil when not pooled) that goes back to the pool only
+// once the broker has acknowledged the message: by then nats.go has
+// written it (it may write large payloads from the caller's slice, after
+// Publish returns) and no retry will read it again.
+type outMsg struct {
+	*nats.Msg
+	buf *[]byte
+}
+
+// stored returns m's buffer to the pool; call it only after the broker
+// acknowledged m.
+func (m outMsg) stored() {
+	putEncodeBuffer(m.buf)
+}
+
 // message encodes e as the NATS message to publish on subject.
 // Envelopes larger than the server's max payload are offloaded to the
 // object store and replaced by a stub.
-func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (*nats.Msg, error) {
-	data, err := e.Encode()
-	if err != nil {
-		return nil, err
+func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMsg, error) {
+	if err := e.Validate(); err != nil {
+		return outMsg{}, err
 	}
+	buf := getEncodeBuffer()
+	data, err := e.appendJSON((*buf)[:0])
+	if err != nil {
+		putEncodeBuffer(buf)
+		return outMsg{}, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
+	}
+	*buf = data
 	ref := ""
 	if max := a.nc.MaxPayload(); max > 0 && int64(len(data)) > max-headerRoom {
-		if data, err = a.offload(ctx, e, data); err != nil {
-			return nil, err
+		data, err = a.offload(ctx, e, data)
+		putEncodeBuffer(buf) // the object store has its own copy
+		if err != nil {
+			return outMsg{}, err
 		}
-		ref = e.MessageID
+		buf, ref = nil, e.MessageID
 	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
-		HeaderMsgID:  {e.MessageID},
-		HeaderType:   {string(e.MessageType)},
-		HeaderAction: {e.Action},
-	}}
-	if ref != "" {
-		msg.Header[HeaderEnvelopeRef] = []string{ref}
+	// The header values share one backing array: one allocation, not one per header.
+	vals := [...]string{e.MessageID, string(e.MessageType), e.Action, ref, e.Correlation, e.WorkflowID, e.InReplyTo, e.TaskID, e.Status}
+	h := make(nats.Header, 10)
+	for i, k := range [...]string{HeaderMsgID, HeaderType, HeaderAction, HeaderEnvelopeRef, HeaderCorrelation,
+		HeaderWorkflow, HeaderInReplyTo, HeaderTaskID, HeaderStatus} {
+		if vals[i] != "" || i < 3 {
+			h[k] = vals[i : i+1 : i+1]
+		}
 	}
-	if e.Correlation != "" {
-		msg.Header[HeaderCorrelation] = []string{e.Correlation}
-	}
-	if e.WorkflowID != "" {
-		msg.Header[HeaderWorkflow] = []string{e.WorkflowID}
-	}
-	if e.InReplyTo != "" {
-		msg.Header[HeaderInReplyTo] = []string{e.InReplyTo}
-	}
-	if e.TaskID != "" {
-		msg.Header[HeaderTaskID] = []string{e.TaskID}
-	}
-	if e.Status != "" {
-		msg.Header[HeaderStatus] = []string{e.Status}
-	}
-	return msg, nil
+	return outMsg{Msg: &nats.Msg{Subject: subject, Data: data, Header: h}, buf: buf}, nil
 }
 
 // publish encodes e and stores it on subject, retrying retryable failures.
@@ -275,13 +285,13 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 		return err
 	}
 	a.inject(ctx, msg.Header)
-	err = a.publishOnce(ctx, msg)
+	err = a.publishOnce(ctx, msg.Msg)
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 		defer cancel()
 		err = backoff.Retry(func() error {
 			a.stats.publishRetries.Add(1)
-			err := a.publishOnce(ctx, msg)
+			err := a.publishOnce(ctx, msg.Msg)
 			if err != nil && !retryablePublish(err) {
 				return backoff.Permanent(err)
 			}
@@ -292,6 +302,7 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 		a.countError("publish")
 		return fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
 	}
+	msg.stored()
 	a.countSent(e)
 	return nil
 }
@@ -358,7 +369,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	ctx, span := a.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.Int("messaging.batch.message_count", len(envs))))
 	defer func() { endSpan(span, err) }()
-	msgs := make([]*nats.Msg, len(envs))
+	msgs := make([]outMsg, len(envs))
 	for i, e := range envs {
 		if e.SenderID != a.id {
 			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", ErrInvalidEnvelope, i, e.SenderID, a.id)
@@ -383,7 +394,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	b := publishBackOff()
 	for {
 		for _, i := range todo {
-			futures[i], errs[i] = a.js.PublishMsgAsync(msgs[i])
+			futures[i], errs[i] = a.js.PublishMsgAsync(msgs[i].Msg)
 		}
 		retry := todo[:0]
 		for _, i := range todo {
@@ -420,6 +431,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 			failed = true
 			continue
 		}
+		msgs[i].stored()
 		a.countSent(envs[i])
 	}
 	if failed {
