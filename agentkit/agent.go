@@ -403,9 +403,40 @@ func (a *Agent) Stop() {
 		for _, it := range a.iters {
 			it.Stop()
 		}
+		a.awaitUnsubscribed()
 		close(a.quit)
 		a.cancel()
 	})
+}
+
+// awaitUnsubscribed waits (up to the attempt timeout) until nats.go has
+// removed the stopped iterators' pull subscriptions. Their UNSUB is then
+// on the connection ahead of the NAKs that hand running messages back; a
+// NAK that overtook it would have the server redeliver the message into
+// this instance's own pull request, where nobody reads it, instead of to
+// another instance (the message would wait out its ack timeout). Stop
+// unsubscribes from a goroutine of nats.go's and signals nothing; the
+// iterator's Closed channel, checked each millisecond, says when it is done.
+func (a *Agent) awaitUnsubscribed() {
+	deadline := time.Now().Add(a.opts.attemptTimeout)
+	for _, it := range a.iters {
+		c, ok := it.(interface{ Closed() <-chan struct{} })
+		if !ok {
+			continue
+		}
+		for !isClosed(c.Closed()) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // Drain stops fetching, finishes the messages already received, then
@@ -427,6 +458,7 @@ func (a *Agent) Drain(ctx context.Context) error {
 			for _, it := range a.iters {
 				it.Stop()
 			}
+			a.awaitUnsubscribed()
 			a.cancel()
 		}
 		close(a.quit)
