@@ -30,6 +30,9 @@ var benchPayload = []byte(`{"data":"` + strings.Repeat("x", 512-11) + `"}`)
 //	agentkit-batch  SendBatch of 256 from one goroutine → handler → Ack
 //	agentkit        Send from 64 goroutines (each waits for its stream ack) → handler → Ack
 //	agentkit-metrics  the same with Prometheus metrics on both agents
+//	agentkit-batch-monitored-sample{100,0}  agentkit-batch with the ack
+//	                monitor's events stream capturing advisories, at 100 % and
+//	                0 % ack sampling
 //
 // Each reports msg/s, process CPU per message (server included, since it
 // runs in the process) and CPU utilisation. Compare the ratios within one
@@ -39,14 +42,21 @@ func BenchmarkThroughput(b *testing.B) {
 	b.Run("raw", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s), rawPayload) })
 	b.Run("raw-envelope", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s), rawEnvelopeMessage(b)) })
 	b.Run("agentkit-batch", func(b *testing.B) {
-		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendBatches)
+		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendBatches, false)
 	})
+	// The ack monitor's price: its events stream stores one ack metric per
+	// sampled ack (DESIGN.md §7); sampling 0 keeps only NAK/TERM/MAX_DELIVERIES.
+	for _, freq := range []string{"100", "0"} {
+		b.Run("agentkit-batch-monitored-sample"+freq, func(b *testing.B) {
+			benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendBatches, true, agentkit.WithSampleFrequency(freq))
+		})
+	}
 	b.Run("agentkit", func(b *testing.B) {
-		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently)
+		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently, false)
 	})
 	b.Run("agentkit-metrics", func(b *testing.B) {
 		reg := prometheus.NewRegistry()
-		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently, agentkit.WithMetrics(reg))
+		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently, false, agentkit.WithMetrics(reg))
 	})
 }
 
@@ -148,8 +158,17 @@ func sendConcurrently(b *testing.B, sender *agentkit.Agent, n int) {
 	wg.Wait()
 }
 
-func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int), opts ...agentkit.Option) {
+// benchAgentkit runs one agentkit scenario on a fresh scheme. With events,
+// the ack monitor's events stream captures the scheme's consumer
+// advisories, as in a monitored deployment.
+func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int), events bool, opts ...agentkit.Option) {
 	scheme, _ := subjects.New(fmt.Sprintf("bench%d_%d", b.N, time.Now().UnixNano()))
+	if events {
+		js, _ := jetstream.New(pubConn)
+		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: scheme.EventsStream(), Subjects: scheme.EventsSubjects()}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	var got atomic.Int64
 	done := make(chan struct{})
 	n := int64(b.N)
