@@ -76,6 +76,12 @@ type Config struct {
 	// EscalateTerminated also escalates terminated (NACKed) messages, which
 	// are always dead-lettered. Default false.
 	EscalateTerminated bool
+	// UnavailableFor is how long an agent reads UNAVAILABLE in the agent
+	// registry after one of its messages exhausted its deliveries (seed
+	// 000: "mark agent as potentially unavailable"), so discovery and
+	// fallback pass it over. The mark in the monitor's own store lasts
+	// until the agent's next ACK. Default 1m; negative: no registry mark.
+	UnavailableFor time.Duration
 	// RollupInterval is how often acknowledgment_metrics is brought up to
 	// date. Default 10s.
 	RollupInterval time.Duration
@@ -136,6 +142,7 @@ func (c *Config) setDefaults() {
 	if c.DefaultDirector == "" {
 		c.DefaultDirector = "director"
 	}
+	def(&c.UnavailableFor, time.Minute)
 	def(&c.RollupInterval, 10*time.Second)
 	def(&c.StatusInterval, max(c.PinnedTTL/5, 100*time.Millisecond))
 }

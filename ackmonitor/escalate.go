@@ -121,6 +121,12 @@ func directorAt(ctx context.Context, kv jetstream.KeyValue, key string) (string,
 // followUpLoop dead-letters and escalates final TIMEOUT and NACK rows. It
 // runs only while this instance is active; rows stay pending in the store
 // until done, so a restart or a failover resumes where it stopped.
+//
+// After a takeover with events still in flight to the previous instance
+// (it died, or its pull request was still open on the server when it did),
+// it starts only AckWait later, when those events have come back: a row
+// followed up before would be escalated with part of its history, e.g. a
+// NAK counted as a timeout.
 func (m *Monitor) followUpLoop(ctx context.Context) {
 	t := time.NewTicker(max(m.cfg.EvaluateInterval, time.Second))
 	defer t.Stop()
@@ -131,7 +137,7 @@ func (m *Monitor) followUpLoop(ctx context.Context) {
 		case <-m.kick:
 		case <-t.C:
 		}
-		if !m.Active() {
+		if !m.Active() || time.Now().UnixNano() < m.followUpAt.Load() {
 			continue
 		}
 		for ctx.Err() == nil {
@@ -251,8 +257,16 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 		escalate = false // an escalation that failed is not escalated again
 	}
 	if r.Status == store.StatusTimeout {
-		if err := m.cfg.Store.MarkUnavailable(ctx, r.Receiver, fmt.Sprintf("message %d exhausted %d deliveries on %s", r.StreamSeq, r.Deliveries, r.Consumer), now); err != nil {
+		why := fmt.Sprintf("message %d exhausted %d deliveries on %s", r.StreamSeq, r.Deliveries, r.Consumer)
+		if err := m.cfg.Store.MarkUnavailable(ctx, r.Receiver, why, now); err != nil {
 			return err
+		}
+		if m.cfg.UnavailableFor > 0 {
+			// Best effort: the store's mark is the monitor's record; a mesh
+			// without a registry has nobody to tell.
+			if err := agentkit.MarkUnavailable(ctx, m.js, m.cfg.Scheme, r.Receiver, m.cfg.MonitorID, why, m.cfg.UnavailableFor); err != nil {
+				m.cfg.Logger.Warn("registry unavailable mark failed", "agent", r.Receiver, "err", err)
+			}
 		}
 	}
 	if escalate {

@@ -143,8 +143,14 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 				m.eventPin.Store(pin)
 			}
 		}
+		if isEvents {
+			m.eventsHeld.Store(int64(len(msgs)))
+		}
 		b, kinds := toBatch(msgs)
 		applied, err := m.apply(ctx, b)
+		if isEvents {
+			m.eventsHeld.Store(0) // before the acks, so a status check errs on the side of waiting
+		}
 		if err != nil {
 			m.cfg.Logger.Error("ledger write failed; batch will be redelivered", "n", len(msgs), "err", err)
 			for _, msg := range msgs {

@@ -36,12 +36,16 @@ type Monitor struct {
 	sends    jetstream.Consumer
 	eventPin atomic.Value // string: the last Nats-Pin-Id seen on the events consumer
 	active   atomic.Bool
-	lastPull atomic.Int64 // UnixNano when the events intake last sent a pull request
-	pinnedAt time.Time    // when refreshStatus first saw this instance pinned; statusLoop only
-	ready    chan struct{}
-	kick     chan struct{} // wakes the follow-up loop
-	applied  atomic.Uint64 // stream messages committed to the ledger
-	lastLag  atomic.Int64  // ns
+	// followUpAt (UnixNano) holds follow-ups back after a takeover; see
+	// followUpLoop.
+	followUpAt atomic.Int64
+	eventsHeld atomic.Int64 // events this instance fetched and has not yet acked
+	lastPull   atomic.Int64 // UnixNano when the events intake last sent a pull request
+	pinnedAt   time.Time    // when refreshStatus first saw this instance pinned; statusLoop only
+	ready      chan struct{}
+	kick       chan struct{} // wakes the follow-up loop
+	applied    atomic.Uint64 // stream messages committed to the ledger
+	lastLag    atomic.Int64  // ns
 }
 
 // Events consumer and sends consumer names are derived from MonitorID.
@@ -191,6 +195,7 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	active := false
+	var eventsPending int64 // fetched from the events consumer by anyone, not yet acked
 	for _, c := range []jetstream.Consumer{m.events, m.sends} {
 		info, err := c.Info(ctx)
 		if err != nil {
@@ -205,6 +210,7 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		if c != m.events {
 			continue
 		}
+		eventsPending = int64(info.NumAckPending) - m.eventsHeld.Load()
 		pin := m.eventPin.Load().(string)
 		for _, g := range info.PriorityGroups {
 			if g.Group == m.cfg.PriorityGroup && pin != "" && g.PinnedClientID == pin {
@@ -227,6 +233,14 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 	if was := m.active.Swap(active); was != active {
 		m.cfg.Logger.Info("ack monitor role changed", "id", m.cfg.MonitorID, "active", active)
 		if active {
+			from := time.Now()
+			if eventsPending > 0 {
+				// Events another instance fetched and never acked come
+				// back after AckWait; until then rows may lack them.
+				from = from.Add(m.cfg.AckWait)
+				m.cfg.Logger.Info("follow-ups wait for a previous instance's events", "in_flight", eventsPending, "until", from)
+			}
+			m.followUpAt.Store(from.UnixNano())
 			m.wake()
 		}
 	}

@@ -73,7 +73,7 @@ func testScenario(t *testing.T, kind storeKind) {
 	// the handlers set short NAK delays themselves.
 	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second, 5 * time.Second}, MaxDeliver: maxDel,
 		ProcessingLimit: 5 * time.Second, Prefetch: 16, MaxAckPending: 1000}
-	m.agent("worker", map[string]agentkit.HandlerFunc{
+	worker := m.agent("worker", map[string]agentkit.HandlerFunc{
 		"ok": func(context.Context, *agentkit.Message) error { return nil },
 		"busy_once": func(_ context.Context, msg *agentkit.Message) error {
 			if msg.Delivery < 2 {
@@ -225,6 +225,11 @@ func testScenario(t *testing.T, kind storeKind) {
 	if err != nil || len(health) != 1 || health[0].Agent != "worker" || health[0].UnavailableSince.IsZero() {
 		t.Errorf("health = %+v, %v", health, err)
 	}
+	// ... and in the agent registry, where discovery sees it.
+	eventually(t, 10*time.Second, "worker UNAVAILABLE in the registry", func() bool {
+		rec, _ := worker.Registry().Get("worker")
+		return rec.Status == agentkit.StatusUnavailable && rec.UnavailableBy == "ackmonitor" && strings.Contains(rec.UnavailableReason, "exhausted")
+	})
 
 	// Alerts: ack rate 35/41 = 85% is critical, timeout rate 3/41 = 7.3% a warning.
 	activeAlert := func(kind, sev string) bool {

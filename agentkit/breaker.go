@@ -23,13 +23,17 @@ type BreakerSettings struct {
 	// NackThreshold consecutive NACKs (error replies) mark the destination
 	// degraded in the registry. Default 3.
 	NackThreshold int
+	// TimeoutThreshold consecutive timeouts mark the destination
+	// UNAVAILABLE in the registry (seed 004), until it answers this sender
+	// again or OpenTimeout passes. Default 3.
+	TimeoutThreshold int
 }
 
 // DefaultBreakerSettings returns the seed values: open after 5 consecutive
 // timeouts, half-open after 60s with 3 trial messages, degraded after 3
-// consecutive NACKs.
+// consecutive NACKs, unavailable after 3 consecutive timeouts.
 func DefaultBreakerSettings() BreakerSettings {
-	return BreakerSettings{FailureThreshold: 5, OpenTimeout: 60 * time.Second, HalfOpenRequests: 3, NackThreshold: 3}
+	return BreakerSettings{FailureThreshold: 5, OpenTimeout: 60 * time.Second, HalfOpenRequests: 3, NackThreshold: 3, TimeoutThreshold: 3}
 }
 
 // BreakerState is the state of the circuit to one destination.
@@ -61,7 +65,8 @@ func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOp
 type breakers struct {
 	mu       sync.Mutex
 	m        map[string]*breaker
-	nacks    map[string]int
+	nacks    map[string]int // consecutive NACKs per destination
+	timeouts map[string]int // consecutive timeouts per destination
 	settings BreakerSettings
 	onChange func(to string, st BreakerState) // set once in New
 }
@@ -75,7 +80,7 @@ func (b *breakers) get(to string) *breaker {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
-		b.m, b.nacks = map[string]*breaker{}, map[string]int{}
+		b.m, b.nacks, b.timeouts = map[string]*breaker{}, map[string]int{}, map[string]int{}
 	}
 	br := b.m[to]
 	if br == nil {
@@ -134,37 +139,56 @@ func (a *Agent) allow(to string) (done func(error), trial bool, err error) {
 		// Only silence counts against the destination: an answer, even a
 		// NACK, proves it is alive.
 		finish(!errors.Is(err, ErrTimeout))
-		a.countNack(to, err)
+		a.trackHealth(to, err)
 	}, state == gobreaker.StateHalfOpen, nil
 }
 
-// countNack tracks consecutive NACKs from to; at the threshold the
-// destination is marked degraded in the registry, and the mark is cleared
-// by the next success.
-func (a *Agent) countNack(to string, err error) {
-	nack := IsRemote(err)
-	if !nack && err != nil {
-		return // a timeout or local failure says nothing about NACKs
+// trackHealth counts consecutive NACKs and timeouts from to and marks it in
+// the registry at the thresholds: degraded after NackThreshold NACKs (seed
+// 000), UNAVAILABLE after TimeoutThreshold timeouts (seed 004). An answer
+// clears the timeout mark, a success clears both. Local failures (the
+// publish itself, a cancelled context) say nothing about to.
+func (a *Agent) trackHealth(to string, err error) {
+	nack, timeout := IsRemote(err), errors.Is(err, ErrTimeout)
+	if err != nil && !nack && !timeout {
+		return
 	}
-	a.breakers.mu.Lock()
-	before := a.breakers.nacks[to]
-	if nack {
-		a.breakers.nacks[to]++
-	} else {
-		a.breakers.nacks[to] = 0
-	}
-	n := a.breakers.nacks[to]
-	a.breakers.mu.Unlock()
+	b := &a.breakers
+	b.mu.Lock()
+	nacksBefore, timeoutsBefore := b.nacks[to], b.timeouts[to]
+	b.nacks[to] = count(b.nacks[to], nack, timeout)
+	b.timeouts[to] = count(b.timeouts[to], timeout, false)
+	nacks, timeouts := b.nacks[to], b.timeouts[to]
+	b.mu.Unlock()
 	reg := a.Registry()
 	if reg == nil {
 		return
 	}
+	s := a.opts.breaker
 	switch {
-	case nack && n == a.opts.breaker.NackThreshold:
-		a.markDegraded(reg, to, fmt.Sprintf("%d consecutive NACKs, last: %v", n, err), true)
-	case !nack && before >= a.opts.breaker.NackThreshold:
-		a.markDegraded(reg, to, "", false)
+	case nack && nacks == s.NackThreshold:
+		a.markHealth(reg, to, markDegraded, fmt.Sprintf("%d consecutive NACKs, last: %v", nacks, err))
+	case err == nil && nacksBefore >= s.NackThreshold:
+		a.markHealth(reg, to, markDegraded, "")
 	}
+	switch {
+	case timeout && timeouts == s.TimeoutThreshold:
+		a.markHealth(reg, to, markUnavailable, fmt.Sprintf("%d consecutive timeouts", timeouts))
+	case !timeout && timeoutsBefore >= s.TimeoutThreshold:
+		a.markHealth(reg, to, markUnavailable, "")
+	}
+}
+
+// count advances a consecutive-event counter: up on hit, kept on keep,
+// else back to zero.
+func count(n int, hit, keep bool) int {
+	switch {
+	case hit:
+		return n + 1
+	case keep:
+		return n
+	}
+	return 0
 }
 
 func (a *Agent) breakerChanged(to string, s BreakerState) {

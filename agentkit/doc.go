@@ -79,7 +79,9 @@
 // ([WithBreaker]): five consecutive timeouts open it and sends fail fast
 // with [ErrCircuitOpen]; after 60s up to three trial messages go through at
 // low priority and close it again. Three consecutive NACKs from an agent
-// mark it degraded in the registry. A handler that returns [Reroute], or a
+// mark it degraded in the registry; three consecutive timeouts mark it
+// UNAVAILABLE (seed 004), though it heartbeats, until it answers or the
+// breaker's open timeout passes. A handler that returns [Reroute], or a
 // send with [WithFallback] to an open circuit, goes to the least loaded
 // READY agent with the capability instead; replies still reach the
 // original sender.

@@ -139,10 +139,30 @@ func (a *Agent) reroute(d *delivery, capability string) error {
 	return nil
 }
 
-func (a *Agent) markDegraded(reg *Registry, agent, reason string, degraded bool) {
+// healthMark is a mark senders keep in the registry about an agent.
+type healthMark int
+
+const (
+	markDegraded    healthMark = iota // repeated NACKs
+	markUnavailable                   // repeated timeouts
+)
+
+// markHealth sets the mark m about agent with reason, or clears it when
+// reason is empty. A failure is reported through the async error handler.
+func (a *Agent) markHealth(reg *Registry, agent string, m healthMark, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := reg.MarkDegraded(ctx, agent, a.id, reason, degraded); err != nil {
+	var err error
+	switch {
+	case m == markDegraded:
+		err = reg.MarkDegraded(ctx, agent, a.id, reason, reason != "")
+	case reason != "":
+		a.opts.logger.Warn("agent marked unavailable", "agent", a.id, "to", agent, "reason", reason)
+		err = reg.MarkUnavailable(ctx, agent, a.id, reason, a.opts.breaker.OpenTimeout)
+	default:
+		err = reg.ClearUnavailable(ctx, agent)
+	}
+	if err != nil {
 		a.asyncError(err)
 	}
 }

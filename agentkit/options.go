@@ -291,7 +291,7 @@ func WithVersion(v string) Option {
 // Default: [DefaultBreakerSettings].
 func WithBreaker(s BreakerSettings) Option {
 	return optionFunc(func(o *options) error {
-		if s.FailureThreshold < 1 || s.OpenTimeout <= 0 || s.HalfOpenRequests < 1 || s.NackThreshold < 1 {
+		if s.FailureThreshold < 1 || s.OpenTimeout <= 0 || s.HalfOpenRequests < 1 || s.NackThreshold < 1 || s.TimeoutThreshold < 1 {
 			return fmt.Errorf("%w: breaker settings %+v", ErrInvalidOption, s)
 		}
 		o.breaker = s

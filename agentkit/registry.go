@@ -28,7 +28,7 @@ const (
 	StatusBusy         AgentStatus = "BUSY"
 	StatusStopping     AgentStatus = "STOPPING"
 	StatusStopped      AgentStatus = "STOPPED"
-	StatusUnavailable  AgentStatus = "UNAVAILABLE" // 3 heartbeats missed: the registry key expired
+	StatusUnavailable  AgentStatus = "UNAVAILABLE" // 3 heartbeats missed, or a sender saw 3 timeouts in a row
 )
 
 // Capability is something an agent can do: a name, a version and the
@@ -52,6 +52,11 @@ type AgentRecord struct {
 	LastHeartbeat time.Time    `json:"last_heartbeat"` // the latest of any instance
 	Degraded      bool         `json:"degraded"`       // senders saw repeated NACKs (seed 000)
 	DegradedBy    string       `json:"degraded_by,omitempty"`
+	// UnavailableBy is set when the status is UNAVAILABLE because a sender
+	// saw repeated timeouts (seed 004) though the agent still heartbeats:
+	// that sender, and its reason.
+	UnavailableBy     string `json:"unavailable_by,omitempty"`
+	UnavailableReason string `json:"unavailable_reason,omitempty"`
 }
 
 // HasCapability reports whether the agent declares capability name.
@@ -74,7 +79,9 @@ type instanceRecord struct {
 	LastHeartbeat time.Time    `json:"last_heartbeat"`
 }
 
-// health is what senders report about an agent (key "health.<agent>").
+// health is what senders report about an agent: key "health.<agent>"
+// for the degraded mark, "unavailable.<agent>" (with a TTL) for the
+// unavailable one.
 type health struct {
 	Degraded bool      `json:"degraded"`
 	By       string    `json:"by,omitempty"`
@@ -108,7 +115,8 @@ type Registry struct {
 	mu        sync.RWMutex
 	instances map[string]map[string]instanceRecord // agent → instance → record
 	gone      map[string]AgentStatus               // agent → STOPPED or UNAVAILABLE when no instance is left
-	health    map[string]health
+	health    map[string]health                    // degraded marks
+	silent    map[string]health                    // unavailable marks
 	watchers  []chan RegistryEvent
 	ready     chan struct{}
 
@@ -146,7 +154,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{kv: kv, js: js, bucket: bucket, instances: map[string]map[string]instanceRecord{},
-		gone: map[string]AgentStatus{}, health: map[string]health{}, ready: make(chan struct{}), cancel: cancel}
+		gone: map[string]AgentStatus{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), cancel: cancel}
 	r.wg.Go(func() { r.watch(wctx, w) })
 	select {
 	case <-r.ready:
@@ -232,12 +240,16 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 			}
 		}
 		return agent
-	case len(parts) == 2 && parts[0] == "health":
+	case len(parts) == 2 && (parts[0] == "health" || parts[0] == "unavailable"):
+		marks := r.health
+		if parts[0] == "unavailable" {
+			marks = r.silent
+		}
 		var h health
 		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &h) == nil {
-			r.health[parts[1]] = h
-		} else {
-			delete(r.health, parts[1])
+			marks[parts[1]] = h
+		} else { // cleared, or the TTL ran out
+			delete(marks, parts[1])
 		}
 		return parts[1]
 	}
@@ -267,6 +279,16 @@ func (r *Registry) Get(id string) (AgentRecord, bool) {
 }
 
 func (r *Registry) record(id string) (AgentRecord, bool) {
+	rec, ok := r.heartbeatRecord(id)
+	if s, silent := r.silent[id]; ok && silent && rec.Status != StatusStopped {
+		rec.Status, rec.UnavailableBy, rec.UnavailableReason = StatusUnavailable, s.By, s.Reason
+	}
+	return rec, ok
+}
+
+// heartbeatRecord merges agent id's instance records, or reports how its
+// last instance went; only the degraded mark is applied.
+func (r *Registry) heartbeatRecord(id string) (AgentRecord, bool) {
 	insts := r.instances[id]
 	h := r.health[id]
 	if len(insts) == 0 {
@@ -360,6 +382,42 @@ func (r *Registry) MarkDegraded(ctx context.Context, agent, by, reason string, d
 	b, _ := json.Marshal(health{Degraded: true, By: by, Reason: reason, At: time.Now().UTC()})
 	if _, err := r.kv.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("agentkit: mark %s degraded: %w", agent, err)
+	}
+	return nil
+}
+
+// MarkUnavailable records that agent stopped answering by (seed 004:
+// three consecutive timeouts) although it may still heartbeat: its
+// status reads UNAVAILABLE, so discovery and fallback pass it over, until
+// [Registry.ClearUnavailable] or, at the latest, ttl.
+func (r *Registry) MarkUnavailable(ctx context.Context, agent, by, reason string, ttl time.Duration) error {
+	return putUnavailable(ctx, r.js, r.bucket, agent, by, reason, ttl)
+}
+
+// MarkUnavailable is [Registry.MarkUnavailable] for services that do not
+// keep a registry open, such as the ack monitor (seed 000: an agent whose
+// message exhausted its deliveries is potentially unavailable).
+func MarkUnavailable(ctx context.Context, js jetstream.JetStream, s subjects.Scheme, agent, by, reason string, ttl time.Duration) error {
+	return putUnavailable(ctx, js, s.RegistryBucket(), agent, by, reason, ttl)
+}
+
+// putUnavailable publishes the mark with a per-message TTL, as put does.
+func putUnavailable(ctx context.Context, js jetstream.JetStream, bucket, agent, by, reason string, ttl time.Duration) error {
+	if err := subjects.ValidateToken("agent id", agent); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	b, _ := json.Marshal(health{By: by, Reason: reason, At: time.Now().UTC()})
+	if _, err := js.Publish(ctx, "$KV."+bucket+".unavailable."+agent, b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
+		return fmt.Errorf("agentkit: mark %s unavailable: %w", agent, err)
+	}
+	return nil
+}
+
+// ClearUnavailable removes the mark of [Registry.MarkUnavailable]: agent
+// answered again.
+func (r *Registry) ClearUnavailable(ctx context.Context, agent string) error {
+	if err := r.kv.Delete(ctx, "unavailable."+agent); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("agentkit: clear unavailable %s: %w", agent, err)
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ func TestRegistry_CrashedAgentBecomesUnavailable(t *testing.T) {
 func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	settings := agentkit.BreakerSettings{FailureThreshold: 5, OpenTimeout: 500 * time.Millisecond, HalfOpenRequests: 3, NackThreshold: 3}
+	settings := agentkit.BreakerSettings{FailureThreshold: 5, OpenTimeout: 500 * time.Millisecond, HalfOpenRequests: 3, NackThreshold: 3, TimeoutThreshold: 3}
 	orch := m.started("orch", nil, agentkit.WithBreaker(settings), agentkit.WithHeartbeat(testHeartbeat))
 	// The planner is down: requests time out.
 	for i := range 5 {
@@ -210,6 +210,64 @@ func TestBreaker_ThreeNacksMarkDegraded(t *testing.T) {
 	})
 }
 
+// Seed 004: an agent that times out three requests in a row is marked
+// UNAVAILABLE though it still heartbeats; discovery passes it over until it
+// answers again.
+func TestBreaker_ThreeTimeoutsMarkUnavailable(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var silent atomic.Bool
+	silent.Store(true)
+	release := make(chan struct{})
+	m.started("mute", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		if silent.Load() {
+			select {
+			case <-release:
+				return nil // too late: the requests timed out
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return msg.Reply(ctx, "done", nil)
+	}}, agentkit.WithConcurrency(4), agentkit.WithHeartbeat(testHeartbeat), agentkit.WithCapabilities(agentkit.Capability{Name: "work"}))
+	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
+	reg := orch.Registry()
+	ready := func() bool {
+		recs, err := reg.Find(ctx(t), agentkit.Query{Capability: "work", Status: agentkit.StatusReady})
+		return err == nil && len(recs) == 1
+	}
+	eventually(t, 5*time.Second, "mute registered READY", ready)
+	for i := range 3 {
+		c, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
+		_, err := orch.Request(c, "mute", "work", nil)
+		cancel()
+		if !errors.Is(err, agentkit.ErrTimeout) {
+			t.Fatalf("request %d: %v, want ErrTimeout", i+1, err)
+		}
+		if i < 2 {
+			if rec, _ := reg.Get("mute"); rec.Status == agentkit.StatusUnavailable {
+				t.Fatalf("UNAVAILABLE after %d timeouts, want 3", i+1)
+			}
+		}
+	}
+	eventually(t, 5*time.Second, "mute UNAVAILABLE", func() bool {
+		rec, _ := reg.Get("mute")
+		return rec.Status == agentkit.StatusUnavailable && rec.UnavailableBy == "orch" && rec.UnavailableReason == "3 consecutive timeouts"
+	})
+	if ready() {
+		t.Fatal("Find still returns mute as READY")
+	}
+	close(release)
+	silent.Store(false)
+	if _, err := orch.Request(ctx(t), "mute", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "mute READY again", ready)
+	if rec, _ := reg.Get("mute"); rec.UnavailableBy != "" {
+		t.Fatalf("mark kept after an answer: %+v", rec)
+	}
+}
+
 // A handler that cannot do the work reroutes it; the agent with the
 // capability completes it and the original requester gets the answer.
 func TestReroute_HandedOffTaskCompletes(t *testing.T) {
@@ -251,7 +309,7 @@ func TestReroute_HandedOffTaskCompletes(t *testing.T) {
 func TestFallback_OpenCircuitRoutesToPeer(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	settings := agentkit.BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, HalfOpenRequests: 1, NackThreshold: 3}
+	settings := agentkit.BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, HalfOpenRequests: 1, NackThreshold: 3, TimeoutThreshold: 3}
 	orch := m.started("orch", nil, agentkit.WithBreaker(settings), agentkit.WithHeartbeat(testHeartbeat))
 	m.started("planner_2", map[string]agentkit.HandlerFunc{"plan": func(ctx context.Context, msg *agentkit.Message) error {
 		return msg.Reply(ctx, "planned", map[string]string{"by": "planner_2", "from": msg.Metadata[agentkit.MetaHandoffFrom]})

@@ -83,6 +83,7 @@ func registryAgentRights(s subjects.Scheme, id string) []string {
 	return []string{
 		"$KV." + b + ".agent." + id + ".*",            // its instances' records (put with Nats-TTL, delete)
 		"$KV." + b + ".health.*",                      // degraded marks about the agents it sends to
+		"$KV." + b + ".unavailable.*",                 // unavailable marks (repeated timeouts), likewise
 		jsAPI + ".STREAM.INFO." + kvStream,            // js.KeyValue
 		jsAPI + ".CONSUMER.CREATE." + kvStream + ".>", // the watch's ordered consumer
 		jsAPI + ".CONSUMER.DELETE." + kvStream + ".*", // removed when the watch stops

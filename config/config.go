@@ -195,6 +195,11 @@ type Monitor struct {
 	// EscalateTerminated also escalates terminated (rejected) messages, not
 	// only exhausted ones. Default: false.
 	EscalateTerminated bool `yaml:"escalate_terminated"`
+	// UnavailableFor is how long an agent reads UNAVAILABLE in the agent
+	// registry after one of its messages exhausted its deliveries; a
+	// negative value leaves the registry alone (the monitor's own store
+	// still records it). Default: 1m.
+	UnavailableFor time.Duration `yaml:"unavailable_for"`
 	// LogLevel of the monitor binary: debug, info, warn or error.
 	// Default: "info".
 	LogLevel string `yaml:"log_level"`
@@ -300,6 +305,9 @@ func (c *Config) setDefaults() {
 	}
 	if m.PinnedTTL == 0 {
 		m.PinnedTTL = 10 * time.Second
+	}
+	if m.UnavailableFor == 0 {
+		m.UnavailableFor = time.Minute
 	}
 	if m.LogLevel == "" {
 		m.LogLevel = "info"

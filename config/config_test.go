@@ -145,6 +145,7 @@ func TestEnv_EveryOverride(t *testing.T) {
 		{"AGENTMESH_MONITOR_ID", "mon2", func(c *config.Config) bool { return c.Monitor.ID == "mon2" }},
 		{"AGENTMESH_MONITOR_PINNED_TTL", "3s", func(c *config.Config) bool { return c.Monitor.PinnedTTL == 3*time.Second }},
 		{"AGENTMESH_MONITOR_ESCALATE_TERMINATED", "true", func(c *config.Config) bool { return c.Monitor.EscalateTerminated }},
+		{"AGENTMESH_MONITOR_UNAVAILABLE_FOR", "-1s", func(c *config.Config) bool { return c.Monitor.UnavailableFor == -time.Second }},
 		{"AGENTMESH_MONITOR_LOG_LEVEL", "debug", func(c *config.Config) bool { return c.Monitor.LogLevel == "debug" }},
 		{"AGENTMESH_DEV_DATA_DIR", "/tmp/x", func(c *config.Config) bool { return c.Dev.DataDir == "/tmp/x" }},
 		{"AGENTMESH_DEV_LISTEN", "0.0.0.0:4333", func(c *config.Config) bool { return c.Dev.Listen == "0.0.0.0:4333" }},
