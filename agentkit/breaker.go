@@ -156,8 +156,8 @@ func (a *Agent) trackHealth(to string, err error) {
 	b := &a.breakers
 	b.mu.Lock()
 	nacksBefore, timeoutsBefore := b.nacks[to], b.timeouts[to]
-	b.nacks[to] = count(b.nacks[to], nack, timeout)
-	b.timeouts[to] = count(b.timeouts[to], timeout, false)
+	b.nacks[to] = consecutive(b.nacks[to], nack, timeout)
+	b.timeouts[to] = consecutive(b.timeouts[to], timeout, false)
 	nacks, timeouts := b.nacks[to], b.timeouts[to]
 	b.mu.Unlock()
 	reg := a.Registry()
@@ -172,16 +172,16 @@ func (a *Agent) trackHealth(to string, err error) {
 		a.markHealth(reg, to, markDegraded, "")
 	}
 	switch {
-	case timeout && timeouts == s.TimeoutThreshold:
+	case timeout && timeouts >= s.TimeoutThreshold: // each further timeout renews the mark's TTL
 		a.markHealth(reg, to, markUnavailable, fmt.Sprintf("%d consecutive timeouts", timeouts))
 	case !timeout && timeoutsBefore >= s.TimeoutThreshold:
 		a.markHealth(reg, to, markUnavailable, "")
 	}
 }
 
-// count advances a consecutive-event counter: up on hit, kept on keep,
-// else back to zero.
-func count(n int, hit, keep bool) int {
+// consecutive advances a count of events in a row: up on hit, kept on
+// keep, else back to zero.
+func consecutive(n int, hit, keep bool) int {
 	switch {
 	case hit:
 		return n + 1

@@ -227,9 +227,9 @@ func (a *Agent) sendReply(ctx context.Context, e *Envelope) error {
 
 // outMsg is an encoded envelope ready to publish. Its data lives in a
 // pooled buffer (buf, nil when not pooled) that goes back to the pool only
-// once the broker has acknowledged the message: by then nats.go has
-// written it (it may write large payloads from the caller's slice, after
-// Publish returns) and no retry will read it again.
+// once the broker has acknowledged the message: until its future resolves,
+// nats.go's async publish keeps the message to resend it, and agentkit's
+// own retries reuse it too.
 type outMsg struct {
 	*nats.Msg
 	buf *[]byte
