@@ -34,29 +34,43 @@ var benchPayload = []byte(`{"data":"` + strings.Repeat("x", 512-11) + `"}`)
 //	                monitor's events stream capturing advisories, at 100 % and
 //	                0 % ack sampling
 //
-// Each reports msg/s, process CPU per message (server included, since it
-// runs in the process) and CPU utilisation. Compare the ratios within one
-// run; absolute figures on a shared machine are noise.
+// Each reports msg/s, its ratio to raw's msg/s in the same run (x-raw),
+// process CPU per message (server included, since it runs in the
+// process) and CPU utilisation. Compare the ratios within one run;
+// absolute figures on a shared machine are noise.
 func BenchmarkThroughput(b *testing.B) {
 	s := natstest.RunServer(b)
-	b.Run("raw", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s), rawPayload) })
-	b.Run("raw-envelope", func(b *testing.B) { benchRaw(b, natstest.Connect(b, s), natstest.Connect(b, s), rawEnvelopeMessage(b)) })
-	b.Run("agentkit-batch", func(b *testing.B) {
-		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendBatches, false)
+	var raw float64 // raw's msg/s in this run
+	run := func(name string, bench func(b *testing.B, pub, sub *nats.Conn) float64) {
+		b.Run(name, func(b *testing.B) {
+			rate := bench(b, natstest.Connect(b, s), natstest.Connect(b, s))
+			if name == "raw" {
+				raw = rate
+			}
+			if raw > 0 {
+				b.ReportMetric(rate/raw, "x-raw")
+			}
+		})
+	}
+	run("raw", func(b *testing.B, pub, sub *nats.Conn) float64 { return benchRaw(b, pub, sub, rawPayload) })
+	run("raw-envelope", func(b *testing.B, pub, sub *nats.Conn) float64 {
+		return benchRaw(b, pub, sub, rawEnvelopeMessage(b))
+	})
+	run("agentkit-batch", func(b *testing.B, pub, sub *nats.Conn) float64 {
+		return benchAgentkit(b, pub, sub, sendBatches, false)
 	})
 	// The ack monitor's price: its events stream stores one ack metric per
 	// sampled ack (DESIGN.md §7); sampling 0 keeps only NAK/TERM/MAX_DELIVERIES.
 	for _, freq := range []string{"100", "0"} {
-		b.Run("agentkit-batch-monitored-sample"+freq, func(b *testing.B) {
-			benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendBatches, true, agentkit.WithSampleFrequency(freq))
+		run("agentkit-batch-monitored-sample"+freq, func(b *testing.B, pub, sub *nats.Conn) float64 {
+			return benchAgentkit(b, pub, sub, sendBatches, true, agentkit.WithSampleFrequency(freq))
 		})
 	}
-	b.Run("agentkit", func(b *testing.B) {
-		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently, false)
+	run("agentkit", func(b *testing.B, pub, sub *nats.Conn) float64 {
+		return benchAgentkit(b, pub, sub, sendConcurrently, false)
 	})
-	b.Run("agentkit-metrics", func(b *testing.B) {
-		reg := prometheus.NewRegistry()
-		benchAgentkit(b, natstest.Connect(b, s), natstest.Connect(b, s), sendConcurrently, false, agentkit.WithMetrics(reg))
+	run("agentkit-metrics", func(b *testing.B, pub, sub *nats.Conn) float64 {
+		return benchAgentkit(b, pub, sub, sendConcurrently, false, agentkit.WithMetrics(prometheus.NewRegistry()))
 	})
 }
 
@@ -87,7 +101,7 @@ func rawEnvelopeMessage(b *testing.B) func(string) *nats.Msg {
 	}
 }
 
-func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, message func(subject string) *nats.Msg) {
+func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, message func(subject string) *nats.Msg) float64 {
 	ctx := context.Background()
 	js, _ := jetstream.New(pubConn)
 	stream := fmt.Sprintf("RAW%d", b.N)
@@ -120,7 +134,7 @@ func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, message func(subject st
 	}
 	<-js.PublishAsyncComplete()
 	<-done
-	m.stop()
+	return m.stop()
 }
 
 // sendBatches sends n requests in batches of 256 from one goroutine.
@@ -161,7 +175,7 @@ func sendConcurrently(b *testing.B, sender *agentkit.Agent, n int) {
 // benchAgentkit runs one agentkit scenario on a fresh scheme. With events,
 // the ack monitor's events stream captures the scheme's consumer
 // advisories, as in a monitored deployment.
-func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int), events bool, opts ...agentkit.Option) {
+func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int), events bool, opts ...agentkit.Option) float64 {
 	scheme, _ := subjects.New(fmt.Sprintf("bench%d_%d", b.N, time.Now().UnixNano()))
 	if events {
 		js, _ := jetstream.New(pubConn)
@@ -196,7 +210,7 @@ func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing
 	case <-time.After(2 * time.Minute):
 		b.Fatalf("handled %d of %d", got.Load(), n)
 	}
-	m.stop()
+	return m.stop()
 }
 
 type measure struct {
@@ -210,12 +224,15 @@ func startMeasure(b *testing.B) measure {
 	return measure{b: b, cpu: processCPU()}
 }
 
-func (m measure) stop() {
+// stop ends the measurement, reports it and returns the rate in msg/s.
+func (m measure) stop() float64 {
 	m.b.StopTimer()
 	cpu := processCPU() - m.cpu
-	m.b.ReportMetric(float64(m.b.N)/m.b.Elapsed().Seconds(), "msg/s")
+	rate := float64(m.b.N) / m.b.Elapsed().Seconds()
+	m.b.ReportMetric(rate, "msg/s")
 	m.b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(m.b.N), "cpu-µs/msg")
 	m.b.ReportMetric(float64(cpu)/float64(m.b.Elapsed())*100, "%cpu")
+	return rate
 }
 
 // processCPU is the user+system CPU time of this process so far.
