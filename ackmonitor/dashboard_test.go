@@ -100,10 +100,12 @@ func TestDashboard_InBrowser(t *testing.T) {
 		w, p := rateOf(t, st, "worker", "normal"), rateOf(t, st, "planner", "high")
 		return w.Sent == 13 && w.Resolved() == 13 && p.Sent == 5 && p.Acked == 5
 	})
-	eventually(t, 20*time.Second, "dead letters and the escalation", func() bool {
+	// The page and the API are compared below, so the ledger must be still:
+	// that includes the director's ack of the escalation.
+	eventually(t, 20*time.Second, "dead letters and the escalation, acked by the director", func() bool {
 		rows, err := st.PendingFollowUps(ctx, 10)
 		esc, err2 := st.Messages(ctx, store.Query{Escalated: true})
-		return err == nil && len(rows) == 0 && err2 == nil && len(esc) == 1
+		return err == nil && len(rows) == 0 && err2 == nil && len(esc) == 1 && rateOf(t, st, "director", "high").Acked == 1
 	})
 	eventually(t, 20*time.Second, "alerts", func() bool {
 		as, err := st.Alerts(ctx, true, 10)

@@ -40,6 +40,7 @@ type Monitor struct {
 	// followUpLoop.
 	followUpAt atomic.Int64
 	eventsHeld atomic.Int64 // events this instance fetched and has not yet acked
+	otherPin   bool         // refreshStatus saw another instance pinned since this one was last active; statusLoop only
 	lastPull   atomic.Int64 // UnixNano when the events intake last sent a pull request
 	pinnedAt   time.Time    // when refreshStatus first saw this instance pinned; statusLoop only
 	ready      chan struct{}
@@ -213,8 +214,13 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		eventsPending = int64(info.NumAckPending) - m.eventsHeld.Load()
 		pin := m.eventPin.Load().(string)
 		for _, g := range info.PriorityGroups {
-			if g.Group == m.cfg.PriorityGroup && pin != "" && g.PinnedClientID == pin {
+			if g.Group != m.cfg.PriorityGroup {
+				continue
+			}
+			if pin != "" && g.PinnedClientID == pin {
 				active = true
+			} else if g.PinnedClientID != "" {
+				m.otherPin = true
 			}
 		}
 	}
@@ -234,12 +240,14 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		m.cfg.Logger.Info("ack monitor role changed", "id", m.cfg.MonitorID, "active", active)
 		if active {
 			from := time.Now()
-			if eventsPending > 0 {
-				// Events another instance fetched and never acked come
-				// back after AckWait; until then rows may lack them.
+			if m.otherPin && eventsPending > 0 {
+				// A takeover: events the previous instance fetched and
+				// never acked come back after AckWait; until then rows
+				// may lack them.
 				from = from.Add(m.cfg.AckWait)
 				m.cfg.Logger.Info("follow-ups wait for a previous instance's events", "in_flight", eventsPending, "until", from)
 			}
+			m.otherPin = false
 			m.followUpAt.Store(from.UnixNano())
 			m.wake()
 		}
