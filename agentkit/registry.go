@@ -28,7 +28,7 @@ const (
 	StatusBusy         AgentStatus = "BUSY"
 	StatusStopping     AgentStatus = "STOPPING"
 	StatusStopped      AgentStatus = "STOPPED"
-	StatusUnavailable  AgentStatus = "UNAVAILABLE" // 3 heartbeats missed, or a sender saw 3 timeouts in a row
+	StatusUnavailable  AgentStatus = "UNAVAILABLE" // 3 heartbeats missed, or marked (see AgentRecord.UnavailableBy)
 )
 
 // Capability is something an agent can do: a name, a version and the
@@ -52,9 +52,10 @@ type AgentRecord struct {
 	LastHeartbeat time.Time    `json:"last_heartbeat"` // the latest of any instance
 	Degraded      bool         `json:"degraded"`       // senders saw repeated NACKs (seed 000)
 	DegradedBy    string       `json:"degraded_by,omitempty"`
-	// UnavailableBy is set when the status is UNAVAILABLE because a sender
-	// saw repeated timeouts (seed 004) though the agent still heartbeats:
-	// that sender, and its reason.
+	// UnavailableBy is set when the status is UNAVAILABLE though the agent
+	// still heartbeats: a sender saw repeated timeouts (seed 004), or the
+	// ack monitor saw one of its messages exhaust its deliveries (seed
+	// 000). It names that sender or monitor; the reason says which.
 	UnavailableBy     string `json:"unavailable_by,omitempty"`
 	UnavailableReason string `json:"unavailable_reason,omitempty"`
 }
