@@ -10,24 +10,39 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 )
 
+// SchemaExamples returns the schema's valid and invalid example envelopes
+// (../schema/testdata), the seeds of the envelope fuzz tests. It fails tb
+// when there are fewer than 16: the seeds must not silently go missing.
+func SchemaExamples(tb testing.TB) [][]byte {
+	tb.Helper()
+	var out [][]byte
+	for _, dir := range []string{"valid", "invalid"} {
+		paths, err := filepath.Glob(filepath.Join("..", "schema", "testdata", dir, "*.json"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, p := range paths {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			out = append(out, b)
+		}
+	}
+	if len(out) < 16 {
+		tb.Fatalf("found %d example envelopes under ../schema/testdata, want at least 16", len(out))
+	}
+	return out
+}
+
 // FuzzCodecMatchesJSONv2 checks the envelope's own encoder against JSON
 // v2's default struct encoding of the same fields (envelopeFields): for
 // whatever JSON v2 decodes into an Envelope, both encoders succeed or both
 // fail, with identical bytes. Seeded with the schema's valid and invalid
 // examples plus the shapes the omitempty and omitzero rules care about.
 func FuzzCodecMatchesJSONv2(f *testing.F) {
-	for _, dir := range []string{"valid", "invalid"} {
-		paths, err := filepath.Glob(filepath.Join("..", "schema", "testdata", dir, "*.json"))
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, p := range paths {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				f.Fatal(err)
-			}
-			f.Add(b)
-		}
+	for _, b := range SchemaExamples(f) {
+		f.Add(b)
 	}
 	for _, s := range []string{
 		`{}`, `{"acl":"1","message_id":"a\"b\u2028<>&"}`, `{"payload":null}`, `{"payload":{ }}`,

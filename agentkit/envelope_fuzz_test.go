@@ -2,8 +2,6 @@ package agentkit_test
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
@@ -13,23 +11,8 @@ import (
 // encodes, and decodes back to the same envelope: the re-encoded bytes are
 // identical. It is seeded with the schema's example envelopes.
 func FuzzDecode(f *testing.F) {
-	var seeds int
-	for _, dir := range []string{"valid", "invalid"} {
-		paths, err := filepath.Glob(filepath.Join("..", "schema", "testdata", dir, "*.json"))
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, p := range paths {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				f.Fatal(err)
-			}
-			f.Add(b)
-			seeds++
-		}
-	}
-	if seeds < 16 {
-		f.Fatalf("found %d seed envelopes under ../schema/testdata, want at least 16", seeds)
+	for _, b := range agentkit.SchemaExamples(f) {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := agentkit.Decode(data)
