@@ -121,26 +121,10 @@ func sendBatches(ctx context.Context, sender *agentkit.Agent, n int, to func(int
 
 // sendConcurrently sends n requests with Send from 64 goroutines.
 func sendConcurrently(ctx context.Context, sender *agentkit.Agent, n int, to func(int) string, payload []byte) error {
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	errs := make(chan error, 64)
-	for range 64 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				if _, err := sender.Send(ctx, to(int(i)), "work", payload); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return concurrently(n, func(i int) error {
+		_, err := sender.Send(ctx, to(i), "work", payload)
+		return err
+	})
 }
 
 func agentkitRequest(ctx context.Context, env *runEnv) (*measurement, error) {

@@ -358,3 +358,32 @@ func (p *progress) stop() {
 	close(p.quit)
 	p.wg.Wait()
 }
+
+// senders is how many goroutines concurrently runs send from: enough to
+// keep the stream busy when every send waits for its stream ack.
+const senders = 64
+
+// concurrently calls send(i) for i in [0, n) from senders goroutines and
+// returns the first error; a goroutine stops at its first error.
+func concurrently(n int, send func(i int) error) error {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	errs := make(chan error, senders)
+	for range senders {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := send(int(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}

@@ -113,26 +113,7 @@ func wmSince(m *message.Message) time.Duration {
 // publishConcurrently publishes n messages from 64 goroutines (Watermill's
 // Publish waits for each stream ack).
 func publishConcurrently(p *wmjs.Publisher, n int, topic func(int) string, msg func() *message.Message) error {
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	errs := make(chan error, 64)
-	for range 64 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				if err := p.Publish(topic(int(i)), msg()); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return concurrently(n, func(i int) error { return p.Publish(topic(i), msg()) })
 }
 
 func watermillThroughput(ctx context.Context, env *runEnv, agents int, async bool) (*measurement, error) {
