@@ -34,21 +34,9 @@ func RunCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 	ports := ReservePorts(tb, n)
 	all := make([]*server.Options, n)
 	for i := range n {
-		o := &server.Options{
-			ServerName: fmt.Sprintf("S-%d", i+1),
-			Host:       "127.0.0.1",
-			Port:       -1,
-			JetStream:  true,
-			StoreDir:   tb.TempDir(),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "MESH",
-				Host: "127.0.0.1",
-				Port: ports[i],
-			},
-			Routes: RoutesTo(ports),
-		}
+		o := nodeOptions(tb, fmt.Sprintf("S-%d", i+1))
+		o.Cluster = server.ClusterOpts{Name: "MESH", Host: "127.0.0.1", Port: ports[i]}
+		o.Routes = RoutesTo(ports)
 		for _, opt := range opts {
 			opt(o)
 		}

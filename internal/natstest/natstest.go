@@ -14,13 +14,12 @@ import (
 // Option adjusts the server options before the server starts.
 type Option func(*server.Options)
 
-// RunServer starts a single-node JetStream server on 127.0.0.1 with a
-// random port and a store in tb.TempDir(); it is shut down when the test
-// ends.
-func RunServer(tb testing.TB, opts ...Option) *server.Server {
-	tb.Helper()
-	o := &server.Options{
-		ServerName: "natstest",
+// nodeOptions are the options every test server starts from: JetStream on
+// 127.0.0.1, a random client port, a store in tb.TempDir(), no logs and
+// no signal handlers.
+func nodeOptions(tb testing.TB, name string) *server.Options {
+	return &server.Options{
+		ServerName: name,
 		Host:       "127.0.0.1",
 		Port:       -1,
 		JetStream:  true,
@@ -28,6 +27,14 @@ func RunServer(tb testing.TB, opts ...Option) *server.Server {
 		NoLog:      true,
 		NoSigs:     true,
 	}
+}
+
+// RunServer starts a single-node JetStream server on 127.0.0.1 with a
+// random port and a store in tb.TempDir(); it is shut down when the test
+// ends.
+func RunServer(tb testing.TB, opts ...Option) *server.Server {
+	tb.Helper()
+	o := nodeOptions(tb, "natstest")
 	for _, opt := range opts {
 		opt(o)
 	}
