@@ -1,12 +1,10 @@
 package agentkit_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
 func TestMetrics_SeedCollectors(t *testing.T) {
@@ -152,7 +151,7 @@ func TestLogging_StructuredWithoutPayloads(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	for _, withPayload := range []bool{false, true} {
-		var buf syncBuffer
+		var buf natstest.SyncBuffer
 		logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		id := fmt.Sprintf("logged_%v", withPayload)
 		m.started(id, map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error { return nil }},
@@ -172,22 +171,4 @@ func TestLogging_StructuredWithoutPayloads(t *testing.T) {
 			t.Errorf("payload logged = %v with payload logging %v:\n%s", got, withPayload, out)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's and the test's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

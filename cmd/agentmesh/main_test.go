@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -269,24 +268,6 @@ func TestDemo_Embedded(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestUp_RunsUntilCancelled starts `agentmesh up`, connects to the URL it
 // prints, and stops it like Ctrl-C would; the store survives a restart.
 func TestUp_RunsUntilCancelled(t *testing.T) {
@@ -294,7 +275,7 @@ func TestUp_RunsUntilCancelled(t *testing.T) {
 	t.Setenv("AGENTMESH_MONITOR_HTTP_ADDR", "127.0.0.1:0")
 	dir := t.TempDir()
 	for round := range 2 {
-		var out, errOut syncBuffer
+		var out, errOut natstest.SyncBuffer
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan int, 1)
 		go func() { done <- run(ctx, []string{"up", "--data", dir, "--listen", "127.0.0.1:0"}, &out, &errOut) }()
