@@ -41,10 +41,10 @@ type Agent struct {
 	state    lifecycle
 	handlers map[string]Handler
 	topics   []string
-	iters    []jetstream.MessagesContext
-	queues   [5]chan *delivery // one per priority, in queueOrder
-	quit     chan struct{}     // closed when readers must give up their message
-	stopping atomic.Bool       // set by Stop: cancelled handlers are NAKed for immediate redelivery
+	sources  atomic.Pointer[[]*source] // set by Start: one per priority, in queueOrder
+	queues   [5]chan *delivery         // one per priority, in queueOrder
+	quit     chan struct{}             // closed when readers must give up their message
+	stopping atomic.Bool               // set by Stop: cancelled handlers are NAKed for immediate redelivery
 	runCtx   context.Context
 	cancel   context.CancelFunc
 	readers  sync.WaitGroup
@@ -201,10 +201,10 @@ func (a *Agent) start(ctx context.Context) error {
 			return err
 		}
 	}
-	iters := make([]jetstream.MessagesContext, 0, len(queueOrder))
+	sources := make([]*source, 0, len(queueOrder))
 	stopAll := func() {
-		for _, it := range iters {
-			it.Stop()
+		for _, s := range sources {
+			s.stop(false)
 		}
 		if a.registry != nil {
 			a.registry.Close()
@@ -216,19 +216,19 @@ func (a *Agent) start(ctx context.Context) error {
 			stopAll()
 			return err
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(a.opts.policies[p].Prefetch))
+		src, err := openSource(cons, a.opts.policies[p], a.opts.concurrency)
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("agentkit: consume %s: %w", p, err)
 		}
-		iters = append(iters, it)
+		sources = append(sources, src)
 	}
-	a.iters = iters
+	a.sources.Store(&sources)
 	a.quit = make(chan struct{})
 	a.runCtx, a.cancel = context.WithCancel(context.Background())
 	for i, p := range queueOrder {
 		a.queues[i] = make(chan *delivery, a.opts.concurrency)
-		a.readers.Go(func() { a.read(p, iters[i], a.queues[i]) })
+		a.readers.Go(func() { a.read(p, sources[i], a.queues[i]) })
 	}
 	slots := make([]atomic.Pointer[delivery], a.opts.concurrency+1)
 	a.workers.Go(func() { a.work(a.queues[:1], &slots[0]) }) // critical's own worker
@@ -400,8 +400,8 @@ func (a *Agent) Topics() []string {
 func (a *Agent) Stop() {
 	a.shutdown(func() {
 		a.stopping.Store(true)
-		for _, it := range a.iters {
-			it.Stop()
+		for _, s := range *a.sources.Load() {
+			s.stop(false)
 		}
 		a.awaitUnsubscribed()
 		close(a.quit)
@@ -419,8 +419,8 @@ func (a *Agent) Stop() {
 // iterator's Closed channel, checked each millisecond, says when it is done.
 func (a *Agent) awaitUnsubscribed() {
 	deadline := time.Now().Add(a.opts.attemptTimeout)
-	for _, it := range a.iters {
-		c, ok := it.(interface{ Closed() <-chan struct{} })
+	for _, s := range *a.sources.Load() {
+		c, ok := s.current().(interface{ Closed() <-chan struct{} })
 		if !ok {
 			continue
 		}
@@ -445,8 +445,8 @@ func isClosed(c <-chan struct{}) bool {
 func (a *Agent) Drain(ctx context.Context) error {
 	var err error
 	a.shutdown(func() {
-		for _, it := range a.iters {
-			it.Drain()
+		for _, s := range *a.sources.Load() {
+			s.stop(true)
 		}
 		done := make(chan struct{})
 		go func() { a.readers.Wait(); close(done) }()
@@ -455,8 +455,8 @@ func (a *Agent) Drain(ctx context.Context) error {
 		case <-ctx.Done():
 			err = fmt.Errorf("agentkit: drain %s: %w", a.id, ctx.Err())
 			a.stopping.Store(true)
-			for _, it := range a.iters {
-				it.Stop()
+			for _, s := range *a.sources.Load() {
+				s.stop(false)
 			}
 			a.awaitUnsubscribed()
 			a.cancel()

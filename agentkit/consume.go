@@ -26,7 +26,8 @@ type delivery struct {
 	seq      uint64
 	policy   DeliveryPolicy
 	priority Priority
-	task     string // the Mesh-Task-Id header: messages of one task are handled in order
+	src      *source // the priority's source, whose pace learns how long the handler took
+	task     string  // the Mesh-Task-Id header: messages of one task are handled in order
 	message  Message
 
 	// set while the handler runs; see keepAlive
@@ -38,19 +39,30 @@ type delivery struct {
 // read pulls one priority's messages and hands them to the workers, which
 // decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
 // settled here instead, so a Request waiting in a handler never needs a free
-// worker to receive its response.
-func (a *Agent) read(p Priority, it jetstream.MessagesContext, out chan<- *delivery) {
+// worker to receive its response. When an iterator of src ends its
+// generation, read goes on with the next one.
+func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 	pol := a.opts.policies[p]
+	it := src.current()
 	for {
 		msg, err := it.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		switch {
+		case err == nil:
+		case errors.Is(err, jetstream.ErrConnectionClosed):
+			return
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			if it, err = src.reopen(); err != nil {
+				a.asyncError(fmt.Errorf("agentkit: consume %s for %s: %w", p, a.id, err))
+			}
+			if it == nil {
 				return
 			}
+			continue
+		default:
 			a.asyncError(fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err))
 			continue
 		}
-		d := &delivery{msg: msg, policy: pol, priority: p}
+		d := &delivery{msg: msg, policy: pol, priority: p, src: src}
 		h := msg.Headers()
 		if h.Get(HeaderInReplyTo) != "" && !a.receive(d) {
 			continue
@@ -262,7 +274,9 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	if err != nil && ctx.Err() != nil && a.runCtx.Err() == nil && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.policy.ProcessingLimit)
 	}
-	a.settle(d, err, time.Since(d.start))
+	elapsed := time.Since(d.start)
+	d.src.pace.observe(elapsed)
+	a.settle(d, err, elapsed)
 	endSpan(span, err)
 }
 

@@ -35,9 +35,16 @@
 //
 // Each priority has a [DeliveryPolicy]: the ack timeout of every attempt
 // (BackOff), the number of attempts (MaxDeliver), how long a handler may run
-// (ProcessingLimit) and how many messages are buffered (Prefetch). The
-// defaults ([DefaultPolicies]) are seed 000's table: high 5s/10s/20s/40s,
-// normal 10s/20s/40s, low 30s/30s, plus critical and batch.
+// (ProcessingLimit) and how many messages are buffered ahead of the
+// handlers. The defaults ([DefaultPolicies]) are seed 000's table: high
+// 5s/10s/20s/40s, normal 10s/20s/40s, low 30s/30s, plus critical and batch.
+//
+// The buffer follows the handlers' pace: it starts at Prefetch and is then
+// sized to what the workers finish within half the first ack timeout, up to
+// MaxPrefetch (512 by default). Quick handlers get a deep buffer and
+// throughput; slow ones (an LLM call of a minute) a shallow one, so a
+// backlog waits at the server instead of timing out in the client, where
+// the ack clock already runs. [Stats] reports the current sizes.
 //
 // While a handler runs, the runtime tells the broker it is alive
 // (InProgress) up to the processing limit, so the ack timeout measures

@@ -63,6 +63,9 @@ type Stats struct {
 	Outcomes map[Outcome]uint64
 	// PublishRetries counts publish attempts that failed and were retried.
 	PublishRetries uint64
+	// Prefetch is each priority's client buffer size now (see
+	// [DeliveryPolicy.MaxPrefetch]); empty until Start.
+	Prefetch map[Priority]int
 }
 
 // Stats returns a snapshot of the agent's counters.
@@ -70,6 +73,12 @@ func (a *Agent) Stats() Stats {
 	s := Stats{Outcomes: make(map[Outcome]uint64, len(Outcomes)), PublishRetries: a.stats.publishRetries.Load()}
 	for i, o := range Outcomes {
 		s.Outcomes[o] = a.stats.n[i].Load()
+	}
+	if sources := a.sources.Load(); sources != nil {
+		s.Prefetch = make(map[Priority]int, len(*sources))
+		for i, src := range *sources {
+			s.Prefetch[queueOrder[i]] = src.prefetch()
+		}
 	}
 	return s
 }

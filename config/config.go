@@ -151,8 +151,11 @@ type Policy struct {
 	MaxDeliver int `yaml:"max_deliver"`
 	// ProcessingLimit bounds how long a handler may run.
 	ProcessingLimit time.Duration `yaml:"processing_limit"`
-	// Prefetch is how many messages are buffered ahead of the handlers.
+	// Prefetch is how many messages are buffered ahead of the handlers
+	// until their pace is known.
 	Prefetch int `yaml:"prefetch"`
+	// MaxPrefetch caps the buffer the runtime sizes to the handlers' pace.
+	MaxPrefetch int `yaml:"max_prefetch"`
 	// MaxAckPending bounds unacknowledged messages of the consumer.
 	MaxAckPending int `yaml:"max_ack_pending"`
 }
@@ -274,6 +277,9 @@ func (c *Config) setDefaults() {
 		if pol.Prefetch == 0 {
 			pol.Prefetch = d.Prefetch
 		}
+		if pol.MaxPrefetch == 0 {
+			pol.MaxPrefetch = d.MaxPrefetch
+		}
 		if pol.MaxAckPending == 0 {
 			pol.MaxAckPending = d.MaxAckPending
 		}
@@ -359,6 +365,7 @@ func (a Agent) Policy(p agentkit.Priority) agentkit.DeliveryPolicy {
 		MaxDeliver:      pol.MaxDeliver,
 		ProcessingLimit: pol.ProcessingLimit,
 		Prefetch:        pol.Prefetch,
+		MaxPrefetch:     pol.MaxPrefetch,
 		MaxAckPending:   pol.MaxAckPending,
 	}
 }

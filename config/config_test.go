@@ -160,6 +160,7 @@ func TestEnv_EveryOverride(t *testing.T) {
 			envCase{up + "_MAX_DELIVER", "9", func(c *config.Config) bool { return c.Agent.Policy(p).MaxDeliver == 9 }},
 			envCase{up + "_PROCESSING_LIMIT", "42s", func(c *config.Config) bool { return c.Agent.Policy(p).ProcessingLimit == 42*time.Second }},
 			envCase{up + "_PREFETCH", "3", func(c *config.Config) bool { return c.Agent.Policy(p).Prefetch == 3 }},
+			envCase{up + "_MAX_PREFETCH", "7", func(c *config.Config) bool { return c.Agent.Policy(p).MaxPrefetch == 7 }},
 			envCase{up + "_MAX_ACK_PENDING", "5", func(c *config.Config) bool { return c.Agent.Policy(p).MaxAckPending == 5 }},
 		)
 	}

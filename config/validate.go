@@ -126,6 +126,9 @@ func (c *Config) Validate() error {
 		if pol.Prefetch < 1 {
 			bad(field+".prefetch", pol.Prefetch, "must be at least 1")
 		}
+		if pol.MaxPrefetch < 1 {
+			bad(field+".max_prefetch", pol.MaxPrefetch, "must be at least 1")
+		}
 		if pol.MaxAckPending < 1 {
 			bad(field+".max_ack_pending", pol.MaxAckPending, "must be at least 1")
 		}

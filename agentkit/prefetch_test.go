@@ -1,0 +1,118 @@
+package agentkit_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+// sendN sends n requests for action to "recv" in one batch.
+func sendN(t *testing.T, sender *agentkit.Agent, action string, n int) {
+	t.Helper()
+	envs := make([]*agentkit.Envelope, n)
+	for i := range envs {
+		e, err := sender.NewRequest(ctx(t), "recv", action, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs[i] = e
+	}
+	if err := sender.SendBatch(ctx(t), envs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While handlers are fast the buffer grows past Prefetch, and moving from
+// one iterator to the next loses nothing, even with the client full when
+// the first one ends: every message is handled once, well within its ack
+// timeout, and none is redelivered.
+func TestPrefetch_GrowsForFastHandlers(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	pol := fastPolicy(30*time.Second, 30*time.Second)
+	pol.Prefetch, pol.MaxPrefetch = 4, 256
+	var rec recorder
+	release := make(chan struct{})
+	handler := func(ctx context.Context, msg *agentkit.Message) error {
+		<-release
+		return rec.handle(nil)(ctx, msg)
+	}
+	const workers = 2
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": handler},
+		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(workers))
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before Stop, which waits for the handlers
+	const n = 500
+	sendN(t, m.agent("sender"), "work", n)
+	// Fill the client: running handlers, the queue, the message the reader
+	// holds, and messages in the iterator's buffer.
+	eventually(t, 5*time.Second, "the client to fill up", func() bool {
+		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		return err == nil && info.NumAckPending > 2*workers+1
+	})
+	unblock()
+	// Well within the ack timeout: a message lost in the switch would only
+	// come back after it.
+	eventually(t, 15*time.Second, "all messages handled", func() bool { return rec.count() >= n })
+	if ids := rec.ids(); len(ids) != n {
+		t.Fatalf("handled %d distinct messages of %d", len(ids), n)
+	}
+	if got := recv.Stats().Prefetch[agentkit.PriorityNormal]; got <= pol.Prefetch || got > pol.MaxPrefetch {
+		t.Fatalf("prefetch = %d, want it grown past %d, up to %d", got, pol.Prefetch, pol.MaxPrefetch)
+	}
+	eventually(t, 5*time.Second, "every ack at the broker", func() bool {
+		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		return err == nil && info.NumAckPending == 0
+	})
+	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 || info.Delivered.Stream != n {
+		t.Fatalf("broker: %d redelivered, last delivered stream seq %d; want 0 and %d", info.NumRedelivered, info.Delivered.Stream, n)
+	}
+}
+
+// Slow handlers get a buffer no deeper than they can finish within half
+// the ack timeout, however large MaxPrefetch is: the rest of a backlog
+// waits at the server, where its ack clock has not started.
+func TestPrefetch_SlowHandlersGetAShallowBuffer(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	pol := fastPolicy(2*time.Second, 2*time.Second)
+	pol.Prefetch, pol.MaxPrefetch = 2, 64
+	var rec recorder
+	slow := func(ctx context.Context, msg *agentkit.Message) error {
+		time.Sleep(100 * time.Millisecond)
+		return rec.handle(nil)(ctx, msg)
+	}
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": slow},
+		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(1))
+	const n = 40
+	sendN(t, m.agent("sender"), "work", n)
+
+	// One worker finishes at most 1s/100ms = 10 messages in half the ack
+	// timeout; one of them waits in the runtime's queue.
+	const fit = 9
+	eventually(t, 10*time.Second, "a few handled", func() bool { return rec.count() >= 6 })
+	if got := recv.Stats().Prefetch[agentkit.PriorityNormal]; got > fit {
+		t.Fatalf("prefetch = %d, want at most %d", got, fit)
+	}
+	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Delivered and not yet acked: the buffer, the queue slot, the running
+	// handler and the message the reader holds.
+	if info.NumAckPending > fit+3 || info.NumPending == 0 {
+		t.Fatalf("broker: %d ack pending, %d still at the server; want at most %d in the client and the rest held back",
+			info.NumAckPending, info.NumPending, fit+3)
+	}
+	eventually(t, 15*time.Second, "all messages handled", func() bool { return rec.count() >= n })
+	if ids := rec.ids(); len(ids) != n {
+		t.Fatalf("handled %d distinct messages of %d", len(ids), n)
+	}
+}
