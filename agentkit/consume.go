@@ -24,9 +24,8 @@ type delivery struct {
 	subject  subjects.Subject
 	delivery uint64
 	seq      uint64
-	policy   DeliveryPolicy
 	priority Priority
-	src      *source // the priority's source, whose pace learns how long the handler took
+	src      *source // the priority's source: its policy, and the pace that learns how long the handler took
 	task     string  // the Mesh-Task-Id header: messages of one task are handled in order
 	message  Message
 
@@ -42,7 +41,6 @@ type delivery struct {
 // worker to receive its response. When an iterator of src ends its
 // generation, read goes on with the next one.
 func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
-	pol := a.opts.policies[p]
 	it := src.current()
 	for {
 		msg, err := it.Next()
@@ -62,7 +60,7 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 			a.asyncError(fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err))
 			continue
 		}
-		d := &delivery{msg: msg, policy: pol, priority: p, src: src}
+		d := &delivery{msg: msg, priority: p, src: src}
 		h := msg.Headers()
 		if h.Get(HeaderInReplyTo) != "" && !a.receive(d) {
 			continue
@@ -162,7 +160,7 @@ func (a *Agent) receive(d *delivery) bool {
 		env, reason, err = a.claim(ref, msg)
 		if err != nil { // the store is unreachable: try again later
 			a.asyncError(fmt.Errorf("agentkit: fetch large envelope %s: %w", ref, err))
-			a.brokerErr(msg.NakWithDelay(d.policy.retryDelay(d.delivery)), d, "nak")
+			a.brokerErr(msg.NakWithDelay(d.src.policy.retryDelay(d.delivery)), d, "nak")
 			a.stats.add(OutcomeNak)
 			return false
 		}
@@ -263,7 +261,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
 	ctx, cancel := context.WithCancel(ctx)
 	d.start, d.cancel = time.Now(), cancel
-	d.lastProgress = d.start.Add(-d.policy.progressInterval() / 2) // first InProgress after half an interval
+	d.lastProgress = d.start.Add(-d.src.policy.progressInterval() / 2) // first InProgress after half an interval
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
 	slot.Store(d)
 	a.inFlight.Add(1)
@@ -272,7 +270,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	slot.Store(nil)
 	cancel()
 	if err != nil && ctx.Err() != nil && a.runCtx.Err() == nil && errors.Is(err, context.Canceled) {
-		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.policy.ProcessingLimit)
+		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.src.policy.ProcessingLimit)
 	}
 	elapsed := time.Since(d.start)
 	d.src.pace.observe(elapsed)
@@ -298,11 +296,11 @@ func (a *Agent) keepAlive(slots []atomic.Pointer[delivery], tick time.Duration, 
 				if d == nil {
 					continue
 				}
-				if now.Sub(d.start) >= d.policy.ProcessingLimit {
+				if now.Sub(d.start) >= d.src.policy.ProcessingLimit {
 					d.cancel() // no more InProgress: the broker will see a timeout unless the handler returns
 					continue
 				}
-				if now.Sub(d.lastProgress) >= d.policy.progressInterval() {
+				if now.Sub(d.lastProgress) >= d.src.policy.progressInterval() {
 					a.brokerErr(d.msg.InProgress(), d, "in progress")
 					d.lastProgress = now
 				}
@@ -364,11 +362,11 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			return
 		}
 		if delay <= 0 {
-			delay = d.policy.retryDelay(d.delivery)
+			delay = d.src.policy.retryDelay(d.delivery)
 		}
 		a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
 		a.stats.add(OutcomeNak)
-		if d.delivery >= uint64(d.policy.MaxDeliver) && a.answers(d) {
+		if d.delivery >= uint64(d.src.policy.MaxDeliver) && a.answers(d) {
 			e := NewError(code, "giving up after %d attempts: %v", d.delivery, err)
 			a.reply(a.failureReply(env, e, elapsed))
 		}
@@ -508,7 +506,7 @@ func (l *lanes) keepAlive(now time.Time, progress func(*delivery)) {
 	defer l.mu.Unlock()
 	for _, q := range l.m {
 		for _, d := range q {
-			if now.Sub(d.lastProgress) >= d.policy.progressInterval() {
+			if now.Sub(d.lastProgress) >= d.src.policy.progressInterval() {
 				progress(d)
 				d.lastProgress = now
 			}
