@@ -236,7 +236,7 @@ func (a *Agent) start(ctx context.Context) error {
 		a.workers.Go(func() { a.work(a.queues[:], &slots[i+1]) })
 	}
 	a.scanDone = make(chan struct{})
-	a.scanner.Go(func() { a.keepAlive(slots, a.keepAliveTick(), a.scanDone) })
+	a.scanner.Go(func() { a.scan(slots, a.keepAliveTick(), a.scanDone) })
 	if a.registry != nil {
 		if err := a.announce(ctx, StatusReady); err != nil {
 			a.asyncError(err)
@@ -492,7 +492,13 @@ func (a *Agent) shutdown(begin func()) {
 	a.workers.Wait()
 	close(a.scanDone)
 	a.scanner.Wait()
-	for _, d := range a.lanes.drop() { // queued behind a task that was cut short
+	// Messages no worker took (queued behind a task that was cut short, or
+	// handed to a queue as the workers stopped) go back for redelivery.
+	stranded := a.lanes.drop()
+	for _, s := range *a.sources.Load() {
+		stranded = append(stranded, s.waiting.drop()...)
+	}
+	for _, d := range stranded {
 		a.brokerErr(d.msg.Nak(), d, "nak")
 	}
 	a.cancel()

@@ -29,10 +29,13 @@ type delivery struct {
 	task     string  // the Mesh-Task-Id header: messages of one task are handled in order
 	message  Message
 
-	// set while the handler runs; see keepAlive
-	start        time.Time
-	cancel       context.CancelFunc
-	lastProgress time.Time // read and written only by the scanner after it loads the slot
+	// set while the handler runs; see scan
+	start  time.Time
+	cancel context.CancelFunc
+	// lastProgress is when d last had InProgress (or was received): set by
+	// whoever hands d on (reader, lane or worker) before the scanner can
+	// see it, then read and written only by the scanner.
+	lastProgress time.Time
 }
 
 // read pulls one priority's messages and hands them to the workers, which
@@ -68,10 +71,12 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 		if d.task = h.Get(HeaderTaskID); d.task != "" && !a.lanes.enter(d) {
 			continue // queued behind the running message of its task
 		}
+		src.waiting.add(d)
 		select {
 		case out <- d:
 		case <-a.quit:
 			// Stopping: give the message straight back for redelivery.
+			src.waiting.remove(d)
 			a.brokerErr(d.msg.Nak(), d, "nak")
 			return
 		}
@@ -87,6 +92,7 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 		if !ok {
 			return
 		}
+		d.src.waiting.remove(d)
 		a.handle(d, slot)
 		// The task's next message, in stream order, runs on this worker.
 		for d.task != "" {
@@ -261,7 +267,6 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
 	ctx, cancel := context.WithCancel(ctx)
 	d.start, d.cancel = time.Now(), cancel
-	d.lastProgress = d.start.Add(-d.src.policy.progressInterval() / 2) // first InProgress after half an interval
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
 	slot.Store(d)
 	a.inFlight.Add(1)
@@ -278,14 +283,17 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	endSpan(span, err)
 }
 
-// keepAlive is the agent's one keep-alive goroutine. Every tick it sends
-// InProgress for handlers that have run a progress interval (half the
-// shortest ack timeout) since the last one, so a slow handler is not taken
-// for a dead one, and cancels handlers that reached their processing limit.
-// One scanner instead of a timer per message keeps the hot path cheap.
-func (a *Agent) keepAlive(slots []atomic.Pointer[delivery], tick time.Duration, done <-chan struct{}) {
+// scan is the agent's one keep-alive goroutine. Every tick it sends
+// InProgress for every message the runtime holds, running or waiting for a
+// worker, that has gone a progress interval (half the shortest ack
+// timeout) without one, so neither a slow handler nor the queue behind it
+// is taken for a dead consumer; and it cancels handlers that reached their
+// processing limit. One scanner instead of a timer per message keeps the
+// hot path cheap.
+func (a *Agent) scan(slots []atomic.Pointer[delivery], tick time.Duration, done <-chan struct{}) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	progress := func(d *delivery) { a.brokerErr(d.msg.InProgress(), d, "in progress") }
 	for {
 		select {
 		case <-done:
@@ -300,14 +308,24 @@ func (a *Agent) keepAlive(slots []atomic.Pointer[delivery], tick time.Duration, 
 					d.cancel() // no more InProgress: the broker will see a timeout unless the handler returns
 					continue
 				}
-				if now.Sub(d.lastProgress) >= d.src.policy.progressInterval() {
-					a.brokerErr(d.msg.InProgress(), d, "in progress")
-					d.lastProgress = now
-				}
+				keepAlive(now, d, progress)
 			}
-			a.lanes.keepAlive(now, func(d *delivery) { a.brokerErr(d.msg.InProgress(), d, "in progress") })
+			for _, s := range *a.sources.Load() {
+				s.waiting.keepAlive(now, progress)
+			}
+			a.lanes.keepAlive(now, progress)
 			a.handled.rotate(now)
 		}
+	}
+}
+
+// keepAlive calls progress for d (to send InProgress) when a progress
+// interval has passed since the last one. Only the scanner calls it, so
+// d.lastProgress needs no lock of its own.
+func keepAlive(now time.Time, d *delivery, progress func(*delivery)) {
+	if now.Sub(d.lastProgress) >= d.src.policy.progressInterval() {
+		progress(d)
+		d.lastProgress = now
 	}
 }
 
@@ -506,10 +524,7 @@ func (l *lanes) keepAlive(now time.Time, progress func(*delivery)) {
 	defer l.mu.Unlock()
 	for _, q := range l.m {
 		for _, d := range q {
-			if now.Sub(d.lastProgress) >= d.src.policy.progressInterval() {
-				progress(d)
-				d.lastProgress = now
-			}
+			keepAlive(now, d, progress)
 		}
 	}
 }

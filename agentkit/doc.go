@@ -39,16 +39,18 @@
 // handlers. The defaults ([DefaultPolicies]) are seed 000's table: high
 // 5s/10s/20s/40s, normal 10s/20s/40s, low 30s/30s, plus critical and batch.
 //
-// The buffer follows the handlers' pace: it starts at Prefetch and is then
-// sized to what the workers finish within half the first ack timeout, up to
-// MaxPrefetch (512 by default). Quick handlers get a deep buffer and
-// throughput; slow ones (an LLM call of a minute) a shallow one, so a
-// backlog waits at the server instead of timing out in the client, where
-// the ack clock already runs. [Stats] reports the current sizes.
+// The buffer follows the handlers' pace: it holds Prefetch messages (1 by
+// default) until the pace is known, then what the workers finish within
+// half the first ack timeout, up to MaxPrefetch (512 by default). Quick
+// handlers get a deep buffer and throughput; slow ones (an LLM call of a
+// minute) a shallow one, so a backlog waits at the server instead of timing
+// out in the client, where the ack clock already runs. [Stats] reports the
+// current sizes.
 //
-// While a handler runs, the runtime tells the broker it is alive
-// (InProgress) up to the processing limit, so the ack timeout measures
-// liveness, not work. What the handler returns decides the outcome, in one
+// From receipt until it is settled, the runtime tells the broker a message
+// is alive (InProgress): while its handler runs, up to the processing
+// limit, and while it waits for a busy worker. The ack timeout measures
+// liveness, not work, and a queue behind slow handlers is not redelivered. What the handler returns decides the outcome, in one
 // place:
 //
 //	handler returns              broker                       sender hears

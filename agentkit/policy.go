@@ -22,10 +22,11 @@ type DeliveryPolicy struct {
 	// at the limit.
 	ProcessingLimit time.Duration
 	// Prefetch is how many messages the client buffers ahead of the
-	// handlers until their pace is known. The ack clock starts when the
-	// server delivers a message into the buffer, not when a handler picks
-	// it up, so a buffer slow handlers cannot empty within the ack timeout
-	// turns waiting messages into redeliveries.
+	// handlers until their pace is known (with MaxPrefetch 0, always). The
+	// ack clock starts when the server delivers a message into the buffer,
+	// not when a handler picks it up, so a buffer slow handlers cannot
+	// empty within the ack timeout turns waiting messages into
+	// redeliveries. The default, 1, is safe however slow the handlers are.
 	Prefetch int
 	// MaxPrefetch, when set, lets the runtime size the buffer to the
 	// handlers' measured pace: as many messages as the workers finish
@@ -57,17 +58,17 @@ func seconds(s ...int) []time.Duration {
 //	batch     60s 60s                            2           30m
 //
 // high, normal and low are seed 000's table (initial timeout, retries,
-// 2x or no backoff); critical and batch extend it. Every priority starts
-// with a small buffer (Prefetch 16 for critical, 64 for the others) and
-// sizes it to its handlers' pace up to MaxPrefetch 512. Each call returns a
+// 2x or no backoff); critical and batch extend it. Every priority buffers
+// one message (Prefetch 1) until its handlers' pace is known, then sizes
+// the buffer to that pace up to MaxPrefetch 512. Each call returns a
 // new map.
 func DefaultPolicies() map[Priority]DeliveryPolicy {
 	return map[Priority]DeliveryPolicy{
-		PriorityCritical: {BackOff: seconds(2, 4, 8, 16, 32), MaxDeliver: 5, ProcessingLimit: time.Minute, Prefetch: 16, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityHigh:     {BackOff: seconds(5, 10, 20, 40), MaxDeliver: 4, ProcessingLimit: 5 * time.Minute, Prefetch: 64, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityNormal:   {BackOff: seconds(10, 20, 40), MaxDeliver: 3, ProcessingLimit: 10 * time.Minute, Prefetch: 64, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityLow:      {BackOff: seconds(30, 30), MaxDeliver: 2, ProcessingLimit: 10 * time.Minute, Prefetch: 64, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityBatch:    {BackOff: seconds(60, 60), MaxDeliver: 2, ProcessingLimit: 30 * time.Minute, Prefetch: 64, MaxPrefetch: 512, MaxAckPending: 1000},
+		PriorityCritical: {BackOff: seconds(2, 4, 8, 16, 32), MaxDeliver: 5, ProcessingLimit: time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		PriorityHigh:     {BackOff: seconds(5, 10, 20, 40), MaxDeliver: 4, ProcessingLimit: 5 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		PriorityNormal:   {BackOff: seconds(10, 20, 40), MaxDeliver: 3, ProcessingLimit: 10 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		PriorityLow:      {BackOff: seconds(30, 30), MaxDeliver: 2, ProcessingLimit: 10 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		PriorityBatch:    {BackOff: seconds(60, 60), MaxDeliver: 2, ProcessingLimit: 30 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
 	}
 }
 

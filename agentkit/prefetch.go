@@ -25,6 +25,7 @@ type source struct {
 	workers int
 	pace    pace
 	size    atomic.Int64 // the current iterator's PullMaxMessages
+	waiting waiting      // handed to the workers' queue, not yet picked up
 
 	mu      sync.Mutex
 	it      jetstream.MessagesContext
@@ -32,7 +33,7 @@ type source struct {
 }
 
 func openSource(cons jetstream.Consumer, policy DeliveryPolicy, workers int) (*source, error) {
-	s := &source{cons: cons, policy: policy, workers: workers}
+	s := &source{cons: cons, policy: policy, workers: workers, waiting: waiting{m: map[*delivery]struct{}{}}}
 	it, err := s.open(policy.Prefetch)
 	if err != nil {
 		return nil, err
@@ -136,4 +137,49 @@ func prefetchFor(pol DeliveryPolicy, workers int, handling time.Duration) int {
 	}
 	fit := float64(workers)*float64(pol.BackOff[0]/2)/float64(handling) - float64(workers)
 	return int(min(max(fit, 1), float64(pol.MaxPrefetch)))
+}
+
+// waiting holds the deliveries a reader has taken from its iterator and a
+// worker has not picked up yet: the one the reader holds while the queue
+// is full and those in the queue. The ack clock runs from the moment the
+// server delivers, so behind handlers slower than the ack timeout these
+// would time out and come back as redeliveries, burning attempts, unless
+// the keep-alive scanner sends them InProgress as it does running ones.
+type waiting struct {
+	mu sync.Mutex
+	m  map[*delivery]struct{}
+}
+
+func (w *waiting) add(d *delivery) {
+	w.mu.Lock()
+	d.lastProgress = time.Now()
+	w.m[d] = struct{}{}
+	w.mu.Unlock()
+}
+
+func (w *waiting) remove(d *delivery) {
+	w.mu.Lock()
+	delete(w.m, d)
+	w.mu.Unlock()
+}
+
+// keepAlive sends InProgress (via progress) for waiting messages due one.
+func (w *waiting) keepAlive(now time.Time, progress func(*delivery)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for d := range w.m {
+		keepAlive(now, d, progress)
+	}
+}
+
+// drop returns every waiting message, emptying the set.
+func (w *waiting) drop() []*delivery {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*delivery, 0, len(w.m))
+	for d := range w.m {
+		out = append(out, d)
+		delete(w.m, d)
+	}
+	return out
 }
