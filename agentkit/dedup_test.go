@@ -1,0 +1,80 @@
+package agentkit
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// A handled sequence is remembered for one to two windows, a running one
+// cannot begin twice, and a zero window remembers nothing.
+func TestHandledSet(t *testing.T) {
+	t.Parallel()
+	var h handledSet
+	h.init(time.Minute)
+	t0 := h.rotated
+	for _, seq := range []uint64{7, 1 << 40, 70_000} {
+		h.add(seq)
+	}
+	for _, seq := range []uint64{7, 1 << 40, 70_000} {
+		if !h.seen(seq) {
+			t.Errorf("seen(%d) = false right after add", seq)
+		}
+	}
+	if h.seen(8) {
+		t.Error("seen(8) = true, never added")
+	}
+	h.rotate(t0.Add(30 * time.Second)) // within the window: nothing moves
+	h.rotate(t0.Add(time.Minute))      // one window: the set becomes the old generation
+	if !h.seen(7) {
+		t.Error("forgotten after one window, want kept until the second")
+	}
+	h.add(9)
+	h.rotate(t0.Add(2 * time.Minute)) // two windows: the first generation goes
+	if h.seen(7) || !h.seen(9) {
+		t.Errorf("after two windows seen(7) = %v, seen(9) = %v; want false, true", h.seen(7), h.seen(9))
+	}
+
+	if !h.begin(5) || h.begin(5) {
+		t.Error("begin(5) twice: want true, then false while it runs")
+	}
+	h.end(5)
+	if !h.begin(5) {
+		t.Error("begin(5) after end = false")
+	}
+
+	var off handledSet
+	off.init(0)
+	off.add(7)
+	if off.seen(7) || !off.begin(7) || !off.begin(7) {
+		t.Error("a zero window must remember nothing")
+	}
+}
+
+// BenchmarkHandledSet records b.N handled messages and reports the heap
+// they hold, for an agent taking every message of the stream and one
+// taking one in a hundred.
+func BenchmarkHandledSet(b *testing.B) {
+	for _, stride := range []uint64{1, 100} {
+		b.Run(fmt.Sprintf("stride-%d", stride), func(b *testing.B) {
+			var h handledSet
+			h.init(time.Hour)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			b.ResetTimer()
+			for i := range uint64(b.N) {
+				seq := (i + 1) * stride
+				if h.add(seq); !h.seen(seq) {
+					b.Fatalf("seen(%d) = false after add", seq)
+				}
+			}
+			b.StopTimer()
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-B/msg")
+			runtime.KeepAlive(&h)
+		})
+	}
+}
