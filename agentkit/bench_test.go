@@ -27,6 +27,10 @@ var benchPayload = []byte(`{"data":"` + strings.Repeat("x", 512-11) + `"}`)
 //
 //	raw             nats.go: PublishAsync from one goroutine → Consume → Ack
 //	raw-envelope    the same, carrying agentkit's envelope bytes and headers
+//	raw-mesh        raw-envelope on agentkit's stream and consumer configuration
+//	                (the agent's direct and broadcast filters, every ack sampled):
+//	                the broker's share of agentkit's cost, so that agentkit
+//	                against raw-mesh is the SDK's own
 //	agentkit-batch  SendBatch of 256 from one goroutine → handler → Ack
 //	agentkit        Send from 64 goroutines (each waits for its stream ack) → handler → Ack
 //	agentkit-metrics  the same with Prometheus metrics on both agents
@@ -52,9 +56,12 @@ func BenchmarkThroughput(b *testing.B) {
 			}
 		})
 	}
-	run("raw", func(b *testing.B, pub, sub *nats.Conn) float64 { return benchRaw(b, pub, sub, rawPayload) })
+	run("raw", func(b *testing.B, pub, sub *nats.Conn) float64 { return benchRaw(b, pub, sub, rawStream, rawPayload) })
 	run("raw-envelope", func(b *testing.B, pub, sub *nats.Conn) float64 {
-		return benchRaw(b, pub, sub, rawEnvelopeMessage(b))
+		return benchRaw(b, pub, sub, rawStream, rawEnvelopeMessage(b))
+	})
+	run("raw-mesh", func(b *testing.B, pub, sub *nats.Conn) float64 {
+		return benchRaw(b, pub, sub, meshStream, rawEnvelopeMessage(b))
 	})
 	run("agentkit-batch", func(b *testing.B, pub, sub *nats.Conn) float64 {
 		return benchAgentkit(b, pub, sub, sendBatches, false)
@@ -101,15 +108,43 @@ func rawEnvelopeMessage(b *testing.B) func(string) *nats.Msg {
 	}
 }
 
-func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, message func(subject string) *nats.Msg) float64 {
+// rawSetup creates a raw scenario's stream and consumer; it returns the
+// stream, the consumer and the subject to publish on.
+type rawSetup func(b *testing.B) (jetstream.StreamConfig, jetstream.ConsumerConfig, string)
+
+// rawStream is a plain stream with a plain consumer, as a nats.go user
+// would start.
+func rawStream(b *testing.B) (jetstream.StreamConfig, jetstream.ConsumerConfig, string) {
+	stream := fmt.Sprintf("RAW%d_%d", b.N, time.Now().UnixNano())
+	return jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}},
+		jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy}, stream + ".x"
+}
+
+// meshStream is agentkit's stream and the receiver's normal-priority
+// consumer, exactly as an agent provisions them.
+func meshStream(b *testing.B) (jetstream.StreamConfig, jetstream.ConsumerConfig, string) {
+	scheme, _ := subjects.New(fmt.Sprintf("raw%d_%d", b.N, time.Now().UnixNano()))
+	p := agentkit.PriorityNormal
+	cons, err := agentkit.ConsumerConfig(scheme, "receiver", p, agentkit.DefaultPolicies()[p], nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	subject, err := scheme.Direct("receiver", string(p), "sender")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return agentkit.StreamConfig(scheme, 1), cons, subject
+}
+
+func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, setup rawSetup, message func(subject string) *nats.Msg) float64 {
 	ctx := context.Background()
 	js, _ := jetstream.New(pubConn)
-	stream := fmt.Sprintf("RAW%d", b.N)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}}); err != nil {
+	streamCfg, consCfg, subject := setup(b)
+	if _, err := js.CreateStream(ctx, streamCfg); err != nil {
 		b.Fatal(err)
 	}
 	sjs, _ := jetstream.New(subConn)
-	cons, err := sjs.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := sjs.CreateOrUpdateConsumer(ctx, streamCfg.Name, consCfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +163,7 @@ func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, message func(subject st
 	}
 	defer cc.Stop()
 	for i := 0; i < b.N; i++ {
-		if _, err := js.PublishMsgAsync(message(stream + ".x")); err != nil {
+		if _, err := js.PublishMsgAsync(message(subject)); err != nil {
 			b.Fatal(err)
 		}
 	}
