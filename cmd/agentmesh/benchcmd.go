@@ -17,8 +17,10 @@ func (a *app) benchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Compare raw nats.go, agentkit and Watermill on one NATS server",
-		Long: `bench runs the same workloads with raw nats.go (PublishAsync → Consume → Ack),
-agentkit (SendBatch of 256, and Send from 64 goroutines) and Watermill
+		Long: `bench runs the same workloads with raw nats.go (PublishAsync → Consume → Ack;
+raw-mesh: the same on agentkit's stream and consumer configuration, the broker's
+share of agentkit's cost), agentkit (SendBatch of 256, and Send from 64
+goroutines) and Watermill
 (watermill-nats/v2 pkg/jetstream; with its default DoubleAck and with AckAsync)
 on one embedded NATS server in one process (or --external: the configured
 server), and prints msg/s, the ratio to raw and latency percentiles.

@@ -51,9 +51,7 @@ func newAkMesh(ctx context.Context, env *runEnv, n int) (*akMesh, []*nats.Conn, 
 	k := &akMesh{scheme: scheme, close: func() {
 		js, err := jetstream.New(cs[0])
 		if err == nil {
-			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			js.DeleteStream(dctx, scheme.Stream())
-			cancel()
+			deleteStream(js, scheme.Stream())
 		}
 		closeAll()
 	}}

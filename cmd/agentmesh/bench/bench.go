@@ -17,7 +17,10 @@
 //	                                sent; the latency of the critical ones
 //
 // The methodology is agentkit/bench_test.go's: raw is PublishAsync from one
-// goroutine → Consume → Ack; agentkit-batch is SendBatch of 256; agentkit
+// goroutine → Consume → Ack; raw-mesh is the same on agentkit's stream and
+// consumer configuration (each receiver's normal-priority consumer, with its
+// direct and broadcast filters and every ack sampled), the broker's share of
+// agentkit's cost; agentkit-batch is SendBatch of 256; agentkit
 // is Send from 64 goroutines each waiting for its stream ack; Watermill
 // publishes synchronously from 64 goroutines. Payloads are Payload bytes
 // of JSON (512 by default).
@@ -50,6 +53,7 @@ var Scenarios = []string{Scenario1Agent, Scenario10Agents, Scenario100Agents, Sc
 // Implementation names.
 const (
 	ImplRaw            = "raw"
+	ImplRawMesh        = "raw-mesh"
 	ImplAgentkitBatch  = "agentkit-batch"
 	ImplAgentkit       = "agentkit"
 	ImplWatermill      = "watermill"
@@ -57,7 +61,7 @@ const (
 )
 
 // Impls lists every implementation in table order.
-var Impls = []string{ImplRaw, ImplAgentkitBatch, ImplAgentkit, ImplWatermill, ImplWatermillAsync}
+var Impls = []string{ImplRaw, ImplRawMesh, ImplAgentkitBatch, ImplAgentkit, ImplWatermill, ImplWatermillAsync}
 
 // Config configures a benchmark run.
 type Config struct {
@@ -196,6 +200,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 
 // skip says why impl does not run sc, or "".
 func skip(sc, impl string) string {
+	if impl == ImplRawMesh && (sc == ScenarioRequest || sc == ScenarioBacklog) {
+		return "a throughput reference only"
+	}
 	if impl == ImplAgentkitBatch && (sc == ScenarioRequest || sc == ScenarioBacklog) {
 		return "same as agentkit (requests are individual; the backlog is always sent with SendBatch)"
 	}
@@ -214,6 +221,8 @@ func runOne(ctx context.Context, env *runEnv, sc, impl string) (*measurement, er
 		default:
 			return rawThroughput(ctx, env, agents[sc])
 		}
+	case ImplRawMesh:
+		return rawMeshThroughput(ctx, env, agents[sc])
 	case ImplAgentkit, ImplAgentkitBatch:
 		switch sc {
 		case ScenarioRequest:

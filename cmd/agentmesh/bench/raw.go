@@ -11,6 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 const (
@@ -59,21 +62,29 @@ func rawStream(ctx context.Context, js jetstream.JetStream, name string) (jetstr
 	if err != nil {
 		return nil, nil, err
 	}
-	return st, func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		js.DeleteStream(dctx, name)
-	}, nil
+	return st, func() { deleteStream(js, name) }, nil
+}
+
+// deleteStream deletes a run's stream, best effort.
+func deleteStream(js jetstream.JetStream, name string) {
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js.DeleteStream(dctx, name)
 }
 
 // consume starts Consume on a new durable of st filtering filter (all
 // when empty) with handler, over its own jetstream context on nc.
 func consume(ctx context.Context, nc *nats.Conn, stream, durable, filter string, handler jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
+	cfg := jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: filter}
+	return consumeWith(ctx, nc, stream, cfg, handler)
+}
+
+// consumeWith starts Consume on a new consumer of stream configured by cfg.
+func consumeWith(ctx context.Context, nc *nats.Conn, stream string, cfg jetstream.ConsumerConfig, handler jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	cfg := jetstream.ConsumerConfig{Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: filter}
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
 	if err != nil {
 		return nil, err
@@ -82,13 +93,28 @@ func consume(ctx context.Context, nc *nats.Conn, stream, durable, filter string,
 }
 
 // publishAll publishes msgs asynchronously from one goroutine and waits
-// for every stream ack.
+// for every stream ack. When the window of unacknowledged publishes stays
+// full (the server stores slower than one goroutine publishes), it waits
+// for the window to empty and goes on.
 func publishAll(ctx context.Context, js jetstream.JetStream, n int, msg func(i int) *nats.Msg) error {
 	for i := range n {
-		if _, err := js.PublishMsgAsync(msg(i)); err != nil {
+		m := msg(i)
+		_, err := js.PublishMsgAsync(m)
+		for errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			if err := published(ctx, js); err != nil {
+				return err
+			}
+			_, err = js.PublishMsgAsync(m)
+		}
+		if err != nil {
 			return err
 		}
 	}
+	return published(ctx, js)
+}
+
+// published waits until every async publish of js is acknowledged.
+func published(ctx context.Context, js jetstream.JetStream) error {
 	select {
 	case <-js.PublishAsyncComplete():
 		return nil
@@ -103,6 +129,48 @@ func rawThroughput(ctx context.Context, env *runEnv, agents int) (*measurement, 
 		return nil, err
 	}
 	defer cleanup()
+	return throughput(ctx, env, cs, js, name, agents, func(i int) (jetstream.ConsumerConfig, string, error) {
+		subject := fmt.Sprintf("%s.a%d", name, i)
+		return jetstream.ConsumerConfig{Durable: fmt.Sprintf("a%d", i), AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: subject}, subject, nil
+	})
+}
+
+// rawMeshThroughput is rawThroughput on agentkit's stream and on the
+// consumers agents r0, r1, ... provision for normal priority, with the
+// subjects agentkit's "sender" publishes on.
+func rawMeshThroughput(ctx context.Context, env *runEnv, agents int) (*measurement, error) {
+	scheme, err := subjects.New(env.id)
+	if err != nil {
+		return nil, err
+	}
+	cs, closeAll, err := conns(env.cfg.URL, agents+1)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	js, _ := jetstream.New(cs[0])
+	streamCfg := agentkit.StreamConfig(scheme, 1)
+	if _, err := js.CreateStream(ctx, streamCfg); err != nil {
+		return nil, err
+	}
+	defer deleteStream(js, streamCfg.Name)
+	p := agentkit.PriorityNormal
+	return throughput(ctx, env, cs, js, streamCfg.Name, agents, func(i int) (jetstream.ConsumerConfig, string, error) {
+		id := fmt.Sprintf("r%d", i)
+		cfg, err := agentkit.ConsumerConfig(scheme, id, p, agentkit.DefaultPolicies()[p], nil)
+		if err != nil {
+			return cfg, "", err
+		}
+		subject, err := scheme.Direct(id, string(p), "sender")
+		return cfg, subject, err
+	})
+}
+
+// throughput starts one consumer per agent on cs[1:] (receiver gives its
+// configuration and the subject it receives on), then publishes Messages
+// round robin from cs[0] and measures until every one is handled.
+func throughput(ctx context.Context, env *runEnv, cs []*nats.Conn, js jetstream.JetStream, stream string, agents int,
+	receiver func(i int) (jetstream.ConsumerConfig, string, error)) (*measurement, error) {
 	m := newMeasurement(env.cfg.Messages)
 	var ccs []jetstream.ConsumeContext
 	defer func() {
@@ -110,8 +178,14 @@ func rawThroughput(ctx context.Context, env *runEnv, agents int) (*measurement, 
 			cc.Stop()
 		}
 	}()
+	to := make([]string, agents)
 	for i := range agents {
-		cc, err := consume(ctx, cs[i+1], name, fmt.Sprintf("a%d", i), fmt.Sprintf("%s.a%d", name, i), func(msg jetstream.Msg) {
+		cfg, subject, err := receiver(i)
+		if err != nil {
+			return nil, err
+		}
+		to[i] = subject
+		cc, err := consumeWith(ctx, cs[i+1], stream, cfg, func(msg jetstream.Msg) {
 			m.record(sinceHeader(msg.Headers()))
 			msg.Ack()
 		})
@@ -123,7 +197,7 @@ func rawThroughput(ctx context.Context, env *runEnv, agents int) (*measurement, 
 	env.progress.track(m)
 	m.start = time.Now()
 	if err := publishAll(ctx, js, env.cfg.Messages, func(i int) *nats.Msg {
-		return stamped(fmt.Sprintf("%s.a%d", name, i%agents), env.payload, "")
+		return stamped(to[i%agents], env.payload, "")
 	}); err != nil {
 		return nil, err
 	}
