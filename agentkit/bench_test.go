@@ -2,6 +2,7 @@ package agentkit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -143,6 +144,7 @@ func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, setup rawSetup, message
 	if _, err := js.CreateStream(ctx, streamCfg); err != nil {
 		b.Fatal(err)
 	}
+	defer dropStreams(b, js, streamCfg.Name)
 	sjs, _ := jetstream.New(subConn)
 	cons, err := sjs.CreateOrUpdateConsumer(ctx, streamCfg.Name, consCfg)
 	if err != nil {
@@ -212,12 +214,13 @@ func sendConcurrently(b *testing.B, sender *agentkit.Agent, n int) {
 // advisories, as in a monitored deployment.
 func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing.B, *agentkit.Agent, int), events bool, opts ...agentkit.Option) float64 {
 	scheme, _ := subjects.New(fmt.Sprintf("bench%d_%d", b.N, time.Now().UnixNano()))
+	js, _ := jetstream.New(pubConn)
 	if events {
-		js, _ := jetstream.New(pubConn)
 		if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: scheme.EventsStream(), Subjects: scheme.EventsSubjects()}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	defer dropStreams(b, js, scheme.Stream(), scheme.EventsStream())
 	var got atomic.Int64
 	done := make(chan struct{})
 	n := int64(b.N)
@@ -246,6 +249,16 @@ func benchAgentkit(b *testing.B, pubConn, subConn *nats.Conn, send func(*testing
 		b.Fatalf("handled %d of %d", got.Load(), n)
 	}
 	return m.stop()
+}
+
+// dropStreams deletes a scenario's streams, so the next scenario on the
+// shared server does not pay for this one's messages.
+func dropStreams(b *testing.B, js jetstream.JetStream, names ...string) {
+	for _, name := range names {
+		if err := js.DeleteStream(context.Background(), name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			b.Error(err)
+		}
+	}
 }
 
 type measure struct {
