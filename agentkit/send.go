@@ -266,7 +266,7 @@ func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMs
 	}
 	// The header values share one backing array: one allocation, not one per header.
 	vals := [...]string{e.MessageID, string(e.MessageType), e.Action, ref, e.Correlation, e.WorkflowID, e.InReplyTo, e.TaskID, e.Status}
-	h := make(nats.Header, 10)
+	h := make(nats.Header, 8) // up to 8 entries fit a small map: one allocation, not a table
 	for i, k := range [...]string{HeaderMsgID, HeaderType, HeaderAction, HeaderEnvelopeRef, HeaderCorrelation,
 		HeaderWorkflow, HeaderInReplyTo, HeaderTaskID, HeaderStatus} {
 		if vals[i] != "" || i < 3 {
