@@ -595,7 +595,7 @@ func (a *Agent) announceBestEffort(status AgentStatus) {
 // heartbeatLoop renews the registry record every heartbeat interval (READY,
 // or BUSY when every worker is taken), publishes a core NATS heartbeat on
 // mesh.hb.<agent> for anyone watching liveness without the registry, and
-// refreshes the queue-size gauge.
+// refreshes the queue-size and prefetch gauges.
 func (a *Agent) heartbeatLoop() {
 	t := time.NewTicker(a.opts.heartbeat)
 	defer t.Stop()
@@ -606,6 +606,7 @@ func (a *Agent) heartbeatLoop() {
 			return
 		case <-t.C:
 			if a.metrics != nil {
+				a.refreshPrefetch()
 				a.refreshQueueSize()
 			}
 			if a.registry == nil {
@@ -617,6 +618,13 @@ func (a *Agent) heartbeatLoop() {
 				a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))
 			}
 		}
+	}
+}
+
+// refreshPrefetch sets agent_prefetch from the sources' current sizes.
+func (a *Agent) refreshPrefetch() {
+	for p, n := range a.Stats().Prefetch {
+		a.metrics.prefetch.WithLabelValues(a.id, string(p)).Set(float64(n))
 	}
 }
 

@@ -17,6 +17,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec // agent_request_duration_seconds{source,dest}
 	errors   *prometheus.CounterVec   // agent_errors_total{source,error_type}
 	queue    *prometheus.GaugeVec     // agent_queue_size{agent_id}
+	prefetch *prometheus.GaugeVec     // agent_prefetch{agent_id,priority}
 	breaker  *prometheus.GaugeVec     // agent_breaker_state{source,dest}
 	outcomes *prometheus.CounterVec   // agent_outcomes_total{agent_id,outcome}
 }
@@ -35,6 +36,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"source", "error_type"}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_queue_size",
 			Help: "Messages waiting for an agent: pending plus unacknowledged, over its consumers, refreshed every heartbeat."}, []string{"agent_id"}),
+		prefetch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_prefetch",
+			Help: "Messages the agent's client buffers ahead of its handlers, by priority (DeliveryPolicy.MaxPrefetch), refreshed every heartbeat."},
+			[]string{"agent_id", "priority"}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_breaker_state",
 			Help: "Circuit to a destination: 0 closed, 1 half-open, 2 open."}, []string{"source", "dest"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agent_outcomes_total",
@@ -51,6 +55,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.queue, err = register(reg, m.queue); err != nil {
+		return nil, err
+	}
+	if m.prefetch, err = register(reg, m.prefetch); err != nil {
 		return nil, err
 	}
 	if m.breaker, err = register(reg, m.breaker); err != nil {

@@ -22,7 +22,7 @@ func TestMetrics_SeedCollectors(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	reg := prometheus.NewRegistry()
-	m.started("planner", map[string]agentkit.HandlerFunc{
+	planner := m.started("planner", map[string]agentkit.HandlerFunc{
 		"plan": func(ctx context.Context, msg *agentkit.Message) error { return msg.Reply(ctx, "planned", nil) },
 		"bad":  func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
 	}, agentkit.WithMetrics(reg), agentkit.WithHeartbeat(testHeartbeat))
@@ -82,6 +82,10 @@ func TestMetrics_SeedCollectors(t *testing.T) {
 	expect("agent_outcomes_total", "agent_id=planner,outcome=term", 1)
 	expect("agent_outcomes_total", "agent_id=orch,outcome=reply", 4)
 	expect("agent_queue_size", "agent_id=planner", 0)
+	// Every message is handled, so no generation ends and the sizes hold.
+	for p, n := range planner.Stats().Prefetch {
+		expect("agent_prefetch", "agent_id=planner,priority="+string(p), float64(n))
+	}
 	// Label cardinality stays bounded: no message or correlation ids.
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {

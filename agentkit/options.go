@@ -301,8 +301,9 @@ func WithBreaker(s BreakerSettings) Option {
 
 // WithMetrics registers the agent's Prometheus collectors on reg (seed 004
 // §7.2: agent_messages_total, agent_request_duration_seconds,
-// agent_errors_total, agent_queue_size; plus agent_outcomes_total and
-// agent_breaker_state). Agents may share a registerer. Default: no metrics.
+// agent_errors_total, agent_queue_size; plus agent_outcomes_total,
+// agent_breaker_state and agent_prefetch). Agents may share a registerer.
+// Default: no metrics.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(o *options) error {
 		if reg == nil {
