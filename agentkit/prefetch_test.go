@@ -25,6 +25,24 @@ func sendN(t *testing.T, sender *agentkit.Agent, action string, n int) {
 	}
 }
 
+// deliveredOnce waits until the broker has every ack of recv's normal
+// consumer and checks it delivered each of its n messages exactly once:
+// the consumer sequence counts every delivery, redeliveries included.
+func deliveredOnce(t *testing.T, recv *agentkit.Agent, n uint64) {
+	t.Helper()
+	eventually(t, 5*time.Second, "every ack at the broker", func() bool {
+		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		return err == nil && info.NumAckPending == 0
+	})
+	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer != n || info.Delivered.Stream != n {
+		t.Fatalf("broker: %d deliveries of %d messages; want %d of %d", info.Delivered.Consumer, info.Delivered.Stream, n, n)
+	}
+}
+
 // While handlers are fast the buffer grows past Prefetch, and moving from
 // one iterator to the next loses nothing, even with the client full when
 // the first one ends: every message is handled once, well within its ack
@@ -63,18 +81,7 @@ func TestPrefetch_GrowsForFastHandlers(t *testing.T) {
 	if got := recv.Stats().Prefetch[agentkit.PriorityNormal]; got <= pol.Prefetch || got > pol.MaxPrefetch {
 		t.Fatalf("prefetch = %d, want it grown past %d, up to %d", got, pol.Prefetch, pol.MaxPrefetch)
 	}
-	eventually(t, 5*time.Second, "every ack at the broker", func() bool {
-		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
-		return err == nil && info.NumAckPending == 0
-	})
-	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The consumer sequence counts every delivery, redeliveries included.
-	if info.Delivered.Consumer != n || info.Delivered.Stream != n {
-		t.Fatalf("broker: %d deliveries of %d messages; want %d of %d", info.Delivered.Consumer, info.Delivered.Stream, n, n)
-	}
+	deliveredOnce(t, recv, n)
 }
 
 // Slow handlers get a buffer no deeper than they can finish within half
@@ -149,16 +156,5 @@ func TestSlowHandlers_WaitingMessagesDoNotTimeOut(t *testing.T) {
 		}
 	}
 	rec.mu.Unlock()
-	eventually(t, 5*time.Second, "every ack at the broker", func() bool {
-		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
-		return err == nil && info.NumAckPending == 0
-	})
-	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The consumer sequence counts every delivery, redeliveries included.
-	if info.Delivered.Consumer != n || info.Delivered.Stream != n {
-		t.Fatalf("broker: %d deliveries of %d messages; want %d of %d", info.Delivered.Consumer, info.Delivered.Stream, n, n)
-	}
+	deliveredOnce(t, recv, n)
 }
