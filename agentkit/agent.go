@@ -227,7 +227,15 @@ func (a *Agent) start(ctx context.Context) error {
 	a.quit = make(chan struct{})
 	a.runCtx, a.cancel = context.WithCancel(context.Background())
 	for i, p := range queueOrder {
-		a.queues[i] = make(chan *delivery, a.opts.concurrency)
+		// An adaptive source's queue holds its largest generation besides
+		// one message per worker, so its reader never leaves a message in
+		// the client's buffer, where nothing keeps it alive (see
+		// source.reopen). A fixed one holds a message per worker.
+		depth := a.opts.concurrency
+		if pol := a.opts.policies[p]; pol.MaxPrefetch > 0 {
+			depth += max(pol.MaxPrefetch, pol.Prefetch)
+		}
+		a.queues[i] = make(chan *delivery, depth)
 		a.readers.Go(func() { a.read(p, sources[i], a.queues[i]) })
 	}
 	slots := make([]atomic.Pointer[delivery], a.opts.concurrency+1)
@@ -392,9 +400,10 @@ func (a *Agent) Topics() []string {
 	return slices.Clone(a.topics)
 }
 
-// Stop stops consuming at once: buffered messages are left to the broker's
-// redelivery, running handlers see their context cancelled and their
-// messages are NAKed for immediate redelivery to another instance. It waits
+// Stop stops consuming at once: running handlers see their context
+// cancelled and their messages, like those waiting for a worker, are NAKed
+// for immediate redelivery to another instance; messages still in the
+// client's buffer are left to the broker's redelivery. It waits
 // for every goroutine the agent started, releases the publisher's reply
 // subscription (call Stop on agents that only sent, too) and is idempotent.
 func (a *Agent) Stop() {

@@ -42,7 +42,10 @@ type delivery struct {
 // decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
 // settled here instead, so a Request waiting in a handler never needs a free
 // worker to receive its response. When an iterator of src ends its
-// generation, read goes on with the next one.
+// generation, read waits until out holds fewer messages than the handlers'
+// pace calls for and opens the next generation for the difference (see
+// room): out has room for all of it, so every message passes straight
+// into the queue, where the scanner keeps it alive (see waiting).
 func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 	it := src.current()
 	for {
@@ -52,7 +55,11 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 		case errors.Is(err, jetstream.ErrConnectionClosed):
 			return
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			if it, err = src.reopen(); err != nil {
+			n, ok := a.room(src, out)
+			if !ok {
+				return
+			}
+			if it, err = src.reopen(n); err != nil {
 				a.asyncError(fmt.Errorf("agentkit: consume %s for %s: %w", p, a.id, err))
 			}
 			if it == nil {
@@ -83,6 +90,22 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 	}
 }
 
+// room waits until out holds fewer messages than src's target (see
+// source.target) and returns how many more it may take, or false once the
+// agent stops.
+func (a *Agent) room(src *source, out chan<- *delivery) (int, bool) {
+	for {
+		if n := src.target() - len(out); n > 0 {
+			return n, true
+		}
+		select {
+		case <-src.taken:
+		case <-a.quit:
+			return 0, false
+		}
+	}
+}
+
 // work runs handlers for messages from queues, always preferring the
 // earliest queue with a message waiting (queues are in priority order).
 // slot publishes the running handler to the keep-alive scanner.
@@ -92,7 +115,11 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 		if !ok {
 			return
 		}
-		d.src.waiting.remove(d)
+		d.src.took(d)
+		if a.stopping.Load() {
+			a.brokerErr(d.msg.Nak(), d, "nak") // Stop: queued messages go back unhandled
+			continue
+		}
 		a.handle(d, slot)
 		// The task's next message, in stream order, runs on this worker.
 		for d.task != "" {

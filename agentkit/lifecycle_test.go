@@ -85,31 +85,46 @@ func TestLifecycle_DrainFinishesInFlight(t *testing.T) {
 func TestLifecycle_StopHandsBackInFlight(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	started := make(chan struct{}, 1)
+	var starts atomic.Int32
 	a := m.started("worker", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, _ *agentkit.Message) error {
-		started <- struct{}{}
+		starts.Add(1)
 		<-ctx.Done()
 		return ctx.Err()
-	}})
+	}}, agentkit.WithConcurrency(1))
 	sender := m.agent("sender")
-	if _, err := sender.Send(ctx(t), "worker", "work", nil); err != nil {
-		t.Fatal(err)
+	// One message runs; two wait in the queue for the one worker.
+	const n = 3
+	for range n {
+		if _, err := sender.Send(ctx(t), "worker", "work", nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	<-started
+	eventually(t, 5*time.Second, "all three in the worker's client", func() bool {
+		info, err := a.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		return err == nil && info.NumAckPending == n && starts.Load() == 1
+	})
 	a.Stop()
+	if got := starts.Load(); got != 1 {
+		t.Fatalf("handler started %d times, want 1: Stop must hand back queued messages without running them", got)
+	}
 	var rec recorder
 	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
-	// The default normal ack wait is 10s; the message must come back well before.
+	// The default normal ack wait is 10s; the messages must come back well before.
 	deadline := time.Now().Add(3 * time.Second)
-	for rec.count() != 1 {
+	for rec.count() != n {
 		if time.Now().After(deadline) {
 			info, _ := b.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
-			t.Fatalf("no redelivery to the second instance: %+v waiting=%d ackpending=%d redelivered=%d pending=%d stats A=%v", info.Delivered, info.NumWaiting, info.NumAckPending, info.NumRedelivered, info.NumPending, a.Stats().Outcomes)
+			t.Fatalf("%d of %d redelivered to the second instance: %+v waiting=%d ackpending=%d redelivered=%d pending=%d stats A=%v",
+				rec.count(), n, info.Delivered, info.NumWaiting, info.NumAckPending, info.NumRedelivered, info.NumPending, a.Stats().Outcomes)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := rec.msgs[0].Delivery; got != 2 {
-		t.Fatalf("delivery = %d, want 2", got)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, msg := range rec.msgs {
+		if msg.Delivery != 2 {
+			t.Fatalf("delivery = %d, want 2", msg.Delivery)
+		}
 	}
 }
 

@@ -9,23 +9,25 @@ import (
 )
 
 // source is one priority's consumer and the iterator reading it. With an
-// adaptive policy (MaxPrefetch set) the iterator's buffer follows the
-// handlers' pace: each iterator is one generation that ends after as many
-// messages as its buffer holds (nats.go's StopAfter, which also sizes the
+// adaptive policy (MaxPrefetch set) what the client holds follows the
+// handlers' pace: each iterator is one generation that ends after the
+// messages it was opened for (nats.go's StopAfter, which also sizes the
 // pull requests so none is left at the server), and the next generation
-// opens with the size the pace calls for (see prefetchFor). Ending a
-// generation only once everything it asked for has arrived is what keeps a
-// resize from stranding a message: unsubscribing with a pull request still
-// open at the server could lose a message it was delivering into the
-// client's closing subscription until its ack timeout. Stop and Drain act
-// on the current iterator and keep a next generation from opening.
+// opens once the workers' queue holds fewer messages than the pace calls
+// for, for the difference (see target and Agent.room). Ending a generation
+// only once everything it asked for has arrived is what keeps a resize
+// from stranding a message: unsubscribing with a pull request still open
+// at the server could lose a message it was delivering into the client's
+// closing subscription until its ack timeout. Stop and Drain act on the
+// current iterator and keep a next generation from opening.
 type source struct {
 	cons    jetstream.Consumer
 	policy  DeliveryPolicy
 	workers int
 	pace    pace
-	size    atomic.Int64 // the current iterator's PullMaxMessages
-	waiting waiting      // handed to the workers' queue, not yet picked up
+	size    atomic.Int64  // the buffer the pace calls for (prefetchFor), or Prefetch
+	waiting waiting       // handed to the workers' queue, not yet picked up
+	taken   chan struct{} // a worker took a message of this source off the queue
 
 	mu      sync.Mutex
 	it      jetstream.MessagesContext
@@ -33,7 +35,9 @@ type source struct {
 }
 
 func openSource(cons jetstream.Consumer, policy DeliveryPolicy, workers int) (*source, error) {
-	s := &source{cons: cons, policy: policy, workers: workers, waiting: waiting{m: map[*delivery]struct{}{}}}
+	s := &source{cons: cons, policy: policy, workers: workers,
+		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1)}
+	s.size.Store(int64(policy.Prefetch))
 	it, err := s.open(policy.Prefetch)
 	if err != nil {
 		return nil, err
@@ -47,12 +51,7 @@ func (s *source) open(size int) (jetstream.MessagesContext, error) {
 	if s.policy.MaxPrefetch > 0 {
 		opts = append(opts, jetstream.StopAfter(size))
 	}
-	it, err := s.cons.Messages(opts...)
-	if err != nil {
-		return nil, err
-	}
-	s.size.Store(int64(size))
-	return it, nil
+	return s.cons.Messages(opts...)
 }
 
 // current returns the iterator to read.
@@ -62,23 +61,46 @@ func (s *source) current() jetstream.MessagesContext {
 	return s.it
 }
 
-// prefetch returns the current buffer size.
+// prefetch returns the buffer size the pace last called for.
 func (s *source) prefetch() int { return int(s.size.Load()) }
 
-// observe records that a handler took d.
-func (s *source) observe(d time.Duration) { s.pace.observe(d) }
+// target is how many messages the source should hold in the workers'
+// queue: the buffer the handlers' pace calls for plus one per worker,
+// which is what the workers finish within half the ack timeout. It sets
+// the buffer size Stats reports.
+func (s *source) target() int {
+	n := prefetchFor(s.policy, s.workers, s.pace.get())
+	s.size.Store(int64(n))
+	return n + s.workers
+}
 
-// reopen is called by the reader when the current iterator has closed. It
-// returns the next generation's iterator, or nil when the source is done:
-// stopped, not adaptive (the iterator only closes when the connection
-// does), or the new iterator could not open (err says why).
-func (s *source) reopen() (jetstream.MessagesContext, error) {
+// took records that a worker picked d off the queue, waking a reader
+// waiting for room.
+func (s *source) took(d *delivery) {
+	s.waiting.remove(d)
+	select {
+	case s.taken <- struct{}{}:
+	default:
+	}
+}
+
+// reopen is called by the reader when the current iterator has closed and
+// the workers' queue has room for n more messages (see Agent.room). It
+// returns the next generation's iterator, of n messages, or nil when the
+// source is done: stopped, not adaptive (the iterator only closes when the
+// connection does), or the new iterator could not open (err says why).
+//
+// As the queue has room for the whole generation, the reader never waits
+// for it while the iterator still buffers messages, so however the
+// handlers' pace changes within a generation, no received message sits
+// where InProgress cannot reach it.
+func (s *source) reopen(n int) (jetstream.MessagesContext, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped || s.policy.MaxPrefetch == 0 {
 		return nil, nil
 	}
-	it, err := s.open(prefetchFor(s.policy, s.workers, s.pace.get()))
+	it, err := s.open(n)
 	if err != nil {
 		return nil, err
 	}
@@ -140,8 +162,8 @@ func prefetchFor(pol DeliveryPolicy, workers int, handling time.Duration) int {
 }
 
 // waiting holds the deliveries a reader has taken from its iterator and a
-// worker has not picked up yet: the one the reader holds while the queue
-// is full and those in the queue. The ack clock runs from the moment the
+// worker has not picked up yet: those in the queue and the one the reader
+// holds while the queue is full. The ack clock runs from the moment the
 // server delivers, so behind handlers slower than the ack timeout these
 // would time out and come back as redeliveries, burning attempts, unless
 // the keep-alive scanner sends them InProgress as it does running ones.

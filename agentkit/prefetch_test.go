@@ -3,6 +3,7 @@ package agentkit_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,4 +158,41 @@ func TestSlowHandlers_WaitingMessagesDoNotTimeOut(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	deliveredOnce(t, recv, n)
+}
+
+// When handlers turn slow while a deep buffer is open, the messages
+// already received do not time out: the runtime takes each one off the
+// client's buffer as it arrives and keeps it alive until a worker is free,
+// so nothing is redelivered even though the buffer cannot shrink until its
+// generation ends.
+func TestPrefetch_HandlersTurningSlowStrandNothing(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	const ackWait = 2 * time.Second
+	pol := fastPolicy(ackWait, ackWait)
+	pol.Prefetch, pol.MaxPrefetch = 1, 64
+	var rec recorder
+	var slow atomic.Bool
+	handler := func(ctx context.Context, msg *agentkit.Message) error {
+		if slow.Load() {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return rec.handle(nil)(ctx, msg)
+	}
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": handler},
+		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(1))
+	sender := m.agent("sender")
+	const fast = 200
+	sendN(t, sender, "work", fast)
+	eventually(t, 10*time.Second, "the fast messages handled", func() bool { return rec.count() >= fast })
+	if got := recv.Stats().Prefetch[agentkit.PriorityNormal]; got < 16 {
+		t.Fatalf("prefetch = %d after fast handlers, want it grown to at least 16", got)
+	}
+	// 12 slow messages take 3.6s, well past the ack timeout, and all fit
+	// in the open generation.
+	slow.Store(true)
+	const slowN = 12
+	sendN(t, sender, "work", slowN)
+	eventually(t, 15*time.Second, "the slow messages handled", func() bool { return rec.count() >= fast+slowN })
+	deliveredOnce(t, recv, fast+slowN)
 }

@@ -63,8 +63,10 @@ type Stats struct {
 	Outcomes map[Outcome]uint64
 	// PublishRetries counts publish attempts that failed and were retried.
 	PublishRetries uint64
-	// Prefetch is each priority's client buffer size now (see
-	// [DeliveryPolicy.MaxPrefetch]); empty until Start.
+	// Prefetch is how many messages each priority buffers ahead of its
+	// workers now, besides one per worker: Prefetch until the handlers'
+	// pace is known, then what the pace calls for (see
+	// [DeliveryPolicy.MaxPrefetch]). Empty until Start.
 	Prefetch map[Priority]int
 }
 
