@@ -50,8 +50,10 @@
 // From receipt until it is settled, the runtime tells the broker a message
 // is alive (InProgress): while its handler runs, up to the processing
 // limit, and while it waits for a busy worker. The ack timeout measures
-// liveness, not work, and a queue behind slow handlers is not redelivered. What the handler returns decides the outcome, in one
-// place:
+// liveness, not work, and a queue behind slow handlers is not redelivered.
+// The price: a received message stays with this instance until a worker
+// takes it, even when handlers turn slow and another instance is idle.
+// What the handler returns decides the outcome, in one place:
 //
 //	handler returns              broker                       sender hears
 //	nil                          Ack                          ACK envelope if requires_ack

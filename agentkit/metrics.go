@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_queue_size",
 			Help: "Messages waiting for an agent: pending plus unacknowledged, over its consumers, refreshed every heartbeat."}, []string{"agent_id"}),
 		prefetch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_prefetch",
-			Help: "Messages the agent's client buffers ahead of its handlers, by priority (DeliveryPolicy.MaxPrefetch), refreshed every heartbeat."},
+			Help: "Messages the agent buffers ahead of its workers besides one per worker, by priority, as the handlers' pace calls for (DeliveryPolicy.MaxPrefetch); refreshed every heartbeat."},
 			[]string{"agent_id", "priority"}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "agent_breaker_state",
 			Help: "Circuit to a destination: 0 closed, 1 half-open, 2 open."}, []string{"source", "dest"}),
