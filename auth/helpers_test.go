@@ -90,18 +90,6 @@ func isolatedAgent(tb testing.TB, nc *nats.Conn, id string, opts ...agentkit.Opt
 	return a
 }
 
-// waitFor polls cond until it is true or d passes.
-func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // pending returns the messages waiting on consumer name of MESH.
 func pending(tb testing.TB, js jetstream.JetStream, name string) uint64 {
 	tb.Helper()

@@ -290,7 +290,7 @@ func TestIsolation(t *testing.T) {
 		if err := nc.Publish("anything.at.all", nil); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "the admin's own message", func() bool { return seen.Load() > 0 })
+		natstest.Eventually(t, 5*time.Second, "the admin's own message", func() bool { return seen.Load() > 0 })
 	})
 }
 
@@ -324,7 +324,7 @@ func TestAckFormatV2(t *testing.T) {
 	}
 	<-handled
 	admin := adminJS(t, s, b)
-	waitFor(t, 5*time.Second, "B's ack to be accepted", func() bool { return pending(t, admin, "B_normal") == 0 })
+	natstest.Eventually(t, 5*time.Second, "B's ack to be accepted", func() bool { return pending(t, admin, "B_normal") == 0 })
 	if bAgent.Stats().Outcomes[agentkit.OutcomeAck] != 1 {
 		t.Fatalf("outcomes %v", bAgent.Stats().Outcomes)
 	}

@@ -104,13 +104,13 @@ func TestRegistration(t *testing.T) {
 		}
 		agents = append(agents, ag)
 	}
-	waitFor(t, 5*time.Second, "A and B to see each other READY", func() bool {
+	natstest.Eventually(t, 5*time.Second, "A and B to see each other READY", func() bool {
 		ra, ok1 := agents[0].Registry().Get("B")
 		rb, ok2 := agents[1].Registry().Get("A")
 		return ok1 && ok2 && ra.Status == agentkit.StatusReady && rb.Status == agentkit.StatusReady
 	})
 	// Heartbeats renewed the records without a violation.
-	waitFor(t, 5*time.Second, "a heartbeat", func() bool {
+	natstest.Eventually(t, 5*time.Second, "a heartbeat", func() bool {
 		r, _ := agents[1].Registry().Get("A")
 		return time.Since(r.LastHeartbeat) < 300*time.Millisecond
 	})
@@ -128,7 +128,7 @@ func TestRegistration(t *testing.T) {
 	// Stopping deregisters without a violation.
 	before := wA.Count()
 	agents[0].Stop()
-	waitFor(t, 5*time.Second, "B to see A stopped", func() bool {
+	natstest.Eventually(t, 5*time.Second, "B to see A stopped", func() bool {
 		r, ok := agents[1].Registry().Get("A")
 		return ok && r.Status == agentkit.StatusStopped
 	})
@@ -177,7 +177,7 @@ func TestPayloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the large envelope to be released", func() bool {
+	natstest.Eventually(t, 5*time.Second, "the large envelope to be released", func() bool {
 		l, err := store.List(ctx)
 		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 			t.Fatal(err)
