@@ -26,6 +26,24 @@ func sendN(t *testing.T, sender *agentkit.Agent, action string, n int) {
 	}
 }
 
+// startRecv starts agent "recv" on a new mesh with pol at normal priority
+// and workers workers. Its "work" handler calls before (when set), then
+// records the message.
+func startRecv(t *testing.T, pol agentkit.DeliveryPolicy, workers int, before func()) (*mesh, *agentkit.Agent, *recorder) {
+	t.Helper()
+	m := newMesh(t)
+	rec := &recorder{}
+	handler := func(ctx context.Context, msg *agentkit.Message) error {
+		if before != nil {
+			before()
+		}
+		return rec.handle(nil)(ctx, msg)
+	}
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": handler},
+		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(workers))
+	return m, recv, rec
+}
+
 // deliveredOnce waits until the broker has every ack of recv's normal
 // consumer and checks it delivered each of its n messages exactly once:
 // the consumer sequence counts every delivery, redeliveries included.
@@ -50,18 +68,11 @@ func deliveredOnce(t *testing.T, recv *agentkit.Agent, n uint64) {
 // timeout, and none is redelivered.
 func TestPrefetch_GrowsForFastHandlers(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t)
 	pol := fastPolicy(30*time.Second, 30*time.Second)
 	pol.Prefetch, pol.MaxPrefetch = 4, 256
-	var rec recorder
 	release := make(chan struct{})
-	handler := func(ctx context.Context, msg *agentkit.Message) error {
-		<-release
-		return rec.handle(nil)(ctx, msg)
-	}
 	const workers = 2
-	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": handler},
-		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(workers))
+	m, recv, rec := startRecv(t, pol, workers, func() { <-release })
 	unblock := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(unblock) // before Stop, which waits for the handlers
 	const n = 500
@@ -90,16 +101,9 @@ func TestPrefetch_GrowsForFastHandlers(t *testing.T) {
 // waits at the server, where its ack clock has not started.
 func TestPrefetch_SlowHandlersGetAShallowBuffer(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t)
 	pol := fastPolicy(2*time.Second, 2*time.Second)
 	pol.Prefetch, pol.MaxPrefetch = 2, 64
-	var rec recorder
-	slow := func(ctx context.Context, msg *agentkit.Message) error {
-		time.Sleep(100 * time.Millisecond)
-		return rec.handle(nil)(ctx, msg)
-	}
-	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": slow},
-		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(1))
+	m, recv, rec := startRecv(t, pol, 1, func() { time.Sleep(100 * time.Millisecond) })
 	const n = 40
 	sendN(t, m.agent("sender"), "work", n)
 
@@ -133,18 +137,11 @@ func TestPrefetch_SlowHandlersGetAShallowBuffer(t *testing.T) {
 // so any message left waiting without InProgress would be redelivered.
 func TestSlowHandlers_WaitingMessagesDoNotTimeOut(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t)
 	const ackWait, handling = 2 * time.Second, 2500 * time.Millisecond
 	pol := fastPolicy(ackWait, ackWait)
 	def := agentkit.DefaultPolicies()[agentkit.PriorityNormal]
 	pol.Prefetch, pol.MaxPrefetch = def.Prefetch, def.MaxPrefetch
-	var rec recorder
-	slow := func(ctx context.Context, msg *agentkit.Message) error {
-		time.Sleep(handling)
-		return rec.handle(nil)(ctx, msg)
-	}
-	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": slow},
-		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(1))
+	m, recv, rec := startRecv(t, pol, 1, func() { time.Sleep(handling) })
 	// One running, one in the runtime's queue, one held by the reader and
 	// one that would sit in the client's buffer.
 	const n = 4
@@ -167,20 +164,15 @@ func TestSlowHandlers_WaitingMessagesDoNotTimeOut(t *testing.T) {
 // generation ends.
 func TestPrefetch_HandlersTurningSlowStrandNothing(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t)
 	const ackWait = 2 * time.Second
 	pol := fastPolicy(ackWait, ackWait)
 	pol.Prefetch, pol.MaxPrefetch = 1, 64
-	var rec recorder
 	var slow atomic.Bool
-	handler := func(ctx context.Context, msg *agentkit.Message) error {
+	m, recv, rec := startRecv(t, pol, 1, func() {
 		if slow.Load() {
 			time.Sleep(300 * time.Millisecond)
 		}
-		return rec.handle(nil)(ctx, msg)
-	}
-	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": handler},
-		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(1))
+	})
 	sender := m.agent("sender")
 	const fast = 200
 	sendN(t, sender, "work", fast)
