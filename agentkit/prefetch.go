@@ -25,7 +25,6 @@ type source struct {
 	policy  DeliveryPolicy
 	workers int
 	pace    pace
-	size    atomic.Int64  // the buffer the pace calls for (prefetchFor), or Prefetch
 	waiting waiting       // handed to the workers' queue, not yet picked up
 	taken   chan struct{} // a worker took a message of this source off the queue
 
@@ -37,7 +36,6 @@ type source struct {
 func openSource(cons jetstream.Consumer, policy DeliveryPolicy, workers int) (*source, error) {
 	s := &source{cons: cons, policy: policy, workers: workers,
 		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1)}
-	s.size.Store(int64(policy.Prefetch))
 	it, err := s.open(policy.Prefetch)
 	if err != nil {
 		return nil, err
@@ -61,18 +59,14 @@ func (s *source) current() jetstream.MessagesContext {
 	return s.it
 }
 
-// prefetch returns the buffer size the pace last called for.
-func (s *source) prefetch() int { return int(s.size.Load()) }
+// prefetch returns the buffer size the pace calls for (Prefetch until it
+// is known, or always with a fixed policy).
+func (s *source) prefetch() int { return prefetchFor(s.policy, s.workers, s.pace.get()) }
 
 // target is how many messages the source should hold in the workers'
 // queue: the buffer the handlers' pace calls for plus one per worker,
-// which is what the workers finish within half the ack timeout. It sets
-// the buffer size Stats reports.
-func (s *source) target() int {
-	n := prefetchFor(s.policy, s.workers, s.pace.get())
-	s.size.Store(int64(n))
-	return n + s.workers
-}
+// which is what the workers finish within half the ack timeout.
+func (s *source) target() int { return s.prefetch() + s.workers }
 
 // took records that a worker picked d off the queue, waking a reader
 // waiting for room.
