@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -75,8 +76,8 @@ Absolute figures depend on the machine; compare the ratios of one run.` + exitCo
 	fl.IntVar(&cfg.Messages, "messages", 20000, "messages per run")
 	fl.IntVar(&cfg.Payload, "payload", 512, "payload bytes")
 	fl.IntVar(&cfg.Rate, "rate", 1000, "offered requests per second in request-response")
-	fl.StringSliceVar(&cfg.Scenarios, "scenario", nil, "scenarios to run (default all): 1-agent, 10-agents, 100-agents, request-response, critical-behind-backlog")
-	fl.StringSliceVar(&cfg.Impls, "impl", nil, "implementations to run (default all): raw, agentkit-batch, agentkit, watermill, watermill-async-ack")
+	fl.StringSliceVar(&cfg.Scenarios, "scenario", nil, "scenarios to run (default all): "+strings.Join(bench.Scenarios, ", "))
+	fl.StringSliceVar(&cfg.Impls, "impl", nil, "implementations to run (default all): "+strings.Join(bench.Impls, ", "))
 	fl.BoolVar(&asJSON, "json", false, "print results as JSON")
 	fl.BoolVar(&quiet, "quiet", false, "no progress display")
 	fl.BoolVar(&external, "external", false, "benchmark against the configured server instead of an embedded one")
