@@ -2,11 +2,14 @@ package ackmonitor_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 )
 
@@ -101,4 +104,99 @@ func testFailover(t *testing.T, kind storeKind) {
 	if both.Load() {
 		t.Fatal("both instances were active at the same time")
 	}
+}
+
+// A standby that takes over from an instance that died holding fetched,
+// unacked events waits AckWait before following up, so a message
+// exhausted meanwhile is escalated with the history the dead instance
+// never wrote. Here that is the NAK of the first delivery: without the
+// wait the escalation would count one NAK of two.
+func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	var dir escalations
+	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
+	second := make(chan struct{}) // opens the second (last) delivery
+	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second, 5 * time.Second}, MaxDeliver: 2,
+		ProcessingLimit: 10 * time.Second, Prefetch: 1, MaxAckPending: 100}
+	m.agent("worker", map[string]agentkit.HandlerFunc{
+		"never": func(ctx context.Context, msg *agentkit.Message) error {
+			if msg.Delivery == 2 {
+				select {
+				case <-second:
+				case <-ctx.Done():
+				}
+			}
+			return agentkit.Busy(20 * time.Millisecond)
+		},
+		"ok": func(context.Context, *agentkit.Message) error { return nil },
+	}, agentkit.WithPolicy(agentkit.PriorityNormal, pol))
+	client := m.agent("client", nil)
+
+	// AckWait well above the takeover time (PinnedTTL plus two status
+	// checks), so the held events come back long after the standby is
+	// active and the message is exhausted.
+	cfg := fastConfig(st)
+	cfg.AckWait = 4 * time.Second
+	holder := &holdingStore{Store: st, holding: make(chan struct{}), release: make(chan struct{})}
+	cfgA := cfg
+	cfgA.Store = holder
+	a := startMonitor(t, m.s, cfgA)
+	// The events consumer pins the first instance to fetch an event.
+	if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the first instance active", a.Active)
+	b := startMonitor(t, m.s, cfg)
+
+	env, err := client.Send(ctx, "worker", "never", map[string]int{"i": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-holder.holding:
+	case <-ctx.Done():
+		t.Fatal("the first NAK never reached the first instance")
+	}
+	a.nc.Close() // a crash as the server sees it, with the NAK fetched and never acked
+	close(holder.release)
+	a.stop()
+	// An instance learns it holds the pin from the events it is sent.
+	if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the standby takes over", b.Active)
+	close(second)
+
+	eventually(t, 30*time.Second, "the escalation", func() bool { return len(dir.list()) > 0 })
+	esc := dir.list()[0]
+	if esc.MessageID != env.MessageID || esc.Attempts != 2 || esc.Naks != 2 || esc.Timeouts != 0 || len(esc.Reasons) != 3 {
+		t.Fatalf("escalation of %s: %d attempts, %d NAKs, %d timeouts, reasons %q; want 2 attempts, 2 NAKs, no timeout and 3 reasons",
+			esc.MessageID, esc.Attempts, esc.Naks, esc.Timeouts, esc.Reasons)
+	}
+}
+
+// holdingStore holds the first batch with a NAK event, then fails it: an
+// instance that fetched events and died before acking them.
+type holdingStore struct {
+	store.Store
+	holding chan struct{} // closed when the batch is held
+	release chan struct{} // closed by the test: Apply fails
+	once    sync.Once
+}
+
+func (s *holdingStore) Apply(ctx context.Context, b store.Batch) (store.Applied, error) {
+	for _, e := range b.Events {
+		if e.Kind == store.EventNak {
+			s.once.Do(func() { close(s.holding) })
+			select {
+			case <-s.release:
+			case <-ctx.Done(): // the test failed before releasing it
+			}
+			return store.Applied{}, errors.New("instance died")
+		}
+	}
+	return s.Store.Apply(ctx, b)
 }
