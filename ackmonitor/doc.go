@@ -87,8 +87,12 @@
 // pinned and receives everything; the others' pulls wait. When the pinned
 // instance stops pulling for PinnedTTL, the server pins another. Only the
 // instance holding the events pin evaluates alerts and escalates
-// ([Monitor.Active]). Several instances need a shared store: PostgreSQL,
-// or one SQLite file on one host.
+// ([Monitor.Active]). The server pins an instance only when it delivers
+// it an event, so an instance that finds nobody pinned and no event
+// waiting publishes a wake-up the events stream captures
+// ([subjects.Scheme.MonitorWake]): a restart or takeover in a quiet mesh
+// still follows up what the previous instance left. Several instances need
+// a shared store: PostgreSQL, or one SQLite file on one host.
 //
 // # HTTP
 //

@@ -178,6 +178,53 @@ func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 	}
 }
 
+// A standby takes over and follows up in a quiet mesh: the instance that
+// stored a message's exhaustion died before following it up, and no event
+// comes after. The standby learns it holds the pin from its own wake-up.
+func TestHA_QuietTakeoverFollowsUp(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	var dir escalations
+	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
+	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second, 5 * time.Second}, MaxDeliver: 2,
+		ProcessingLimit: 10 * time.Second, Prefetch: 1, MaxAckPending: 100}
+	m.agent("worker", map[string]agentkit.HandlerFunc{
+		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(20 * time.Millisecond) },
+	}, agentkit.WithPolicy(agentkit.PriorityNormal, pol))
+	client := m.agent("client", nil)
+
+	cfg := fastConfig(st)
+	cfgA := cfg
+	cfgA.Store = noFollowUps{st}
+	a := startMonitor(t, m.s, cfgA)
+	eventually(t, 20*time.Second, "the first instance active", a.Active)
+	b := startMonitor(t, m.s, cfg)
+	env, err := client.Send(ctx, "worker", "never", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the exhaustion in the ledger", func() bool { return rateOf(t, st, "worker", "normal").TimedOut == 1 })
+	if b.Active() || len(dir.list()) > 0 {
+		t.Fatal("the standby was active, or an escalation was sent, before the takeover")
+	}
+	a.kill()
+
+	eventually(t, 30*time.Second, "the standby's escalation", func() bool { return len(dir.list()) > 0 })
+	if esc := dir.list()[0]; esc.MessageID != env.MessageID || esc.Attempts != 2 {
+		t.Fatalf("escalation of %s after %d attempts, want %s after 2", esc.MessageID, esc.Attempts, env.MessageID)
+	}
+}
+
+// noFollowUps fails every PendingFollowUps: an instance that dies before
+// following up.
+type noFollowUps struct{ store.Store }
+
+func (noFollowUps) PendingFollowUps(context.Context, int) ([]store.Record, error) {
+	return nil, errors.New("instance dying")
+}
+
 // holdingStore holds the first batch with a NAK event, then fails it: an
 // instance that fetched events and died before acking them.
 type holdingStore struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,6 +150,9 @@ func (m *Monitor) provision(ctx context.Context) error {
 			return fmt.Errorf("ackmonitor: %w", err)
 		}
 	}
+	if err := m.addEventsSubjects(ctx); err != nil {
+		return err
+	}
 	mesh, err := m.js.Stream(ctx, s.Stream())
 	if err != nil {
 		return fmt.Errorf("ackmonitor: stream %s: %w", s.Stream(), err)
@@ -174,6 +178,30 @@ func (m *Monitor) provision(ctx context.Context) error {
 	m.mu.Lock()
 	m.mesh, m.events, m.sends = mesh, events, sends
 	m.mu.Unlock()
+	return nil
+}
+
+// addEventsSubjects adds the subjects an events stream created by an
+// earlier version lacks (the wake-up).
+func (m *Monitor) addEventsSubjects(ctx context.Context) error {
+	name := m.cfg.Scheme.EventsStream()
+	st, err := m.js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("ackmonitor: stream %s: %w", name, err)
+	}
+	cfg := st.CachedInfo().Config
+	n := len(cfg.Subjects)
+	for _, subj := range m.cfg.Scheme.EventsSubjects() {
+		if !slices.Contains(cfg.Subjects, subj) {
+			cfg.Subjects = append(cfg.Subjects, subj)
+		}
+	}
+	if len(cfg.Subjects) == n {
+		return nil
+	}
+	if _, err := m.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("ackmonitor: add subjects %q to %s: %w", cfg.Subjects[n:], name, err)
+	}
 	return nil
 }
 
@@ -212,16 +240,22 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 			continue
 		}
 		eventsPending = int64(info.NumAckPending) - m.eventsHeld.Load()
-		pin := m.eventPin.Load().(string)
+		pin, pinned := m.eventPin.Load().(string), ""
 		for _, g := range info.PriorityGroups {
-			if g.Group != m.cfg.PriorityGroup {
-				continue
+			if g.Group == m.cfg.PriorityGroup {
+				pinned = g.PinnedClientID
 			}
-			if pin != "" && g.PinnedClientID == pin {
-				active = true
-			} else if g.PinnedClientID != "" {
-				m.otherPin = true
-			}
+		}
+		switch {
+		case pin != "" && pinned == pin:
+			active = true
+		case pinned != "":
+			m.otherPin = true
+		case info.NumPending == 0:
+			// Nobody is pinned and no event is on its way to pin anyone:
+			// a quiet mesh after a takeover or a restart, where follow-ups
+			// would wait for the next event.
+			m.wakeEvents(ctx)
 		}
 	}
 	// Step down at once; step up only after holding the pin for two status
@@ -256,6 +290,14 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		m.metrics.active.Set(1)
 	} else {
 		m.metrics.active.Set(0)
+	}
+}
+
+// wakeEvents publishes a wake-up to the events stream. The server pins the
+// instance it delivers it to, which learns its pin from the message.
+func (m *Monitor) wakeEvents(ctx context.Context) {
+	if _, err := m.js.Publish(ctx, m.cfg.Scheme.MonitorWake(), nil); err != nil && ctx.Err() == nil {
+		m.cfg.Logger.Warn("events wake-up", "subject", m.cfg.Scheme.MonitorWake(), "err", err)
 	}
 }
 

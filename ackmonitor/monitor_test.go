@@ -2,6 +2,7 @@ package ackmonitor_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // The scenario's known outcomes.
@@ -375,4 +377,29 @@ func TestRun_NoLeaks(t *testing.T) {
 	eventually(t, 10*time.Second, "send recorded", func() bool { return rateOf(t, st, "b", "normal").Sent == 1 })
 	mon.stop()
 	sender.Stop()
+}
+
+// An events stream created without the wake-up subject (by an earlier
+// version) gets it when a monitor starts; its other subjects stay.
+func TestRun_AddsWakeSubjectToEventsStream(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	ctx := testCtx(t)
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := subjects.Default
+	old := slices.DeleteFunc(s.EventsSubjects(), func(subj string) bool { return subj == s.MonitorWake() })
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s.EventsStream(), Subjects: old}); err != nil {
+		t.Fatal(err)
+	}
+	startMonitor(t, m.s, fastConfig(openStore(t, sqliteStore)))
+	info, err := js.Stream(ctx, s.EventsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().Config.Subjects; !slices.Equal(got, s.EventsSubjects()) {
+		t.Fatalf("events stream subjects %q, want %q", got, s.EventsSubjects())
+	}
 }

@@ -95,7 +95,7 @@ func TestMonitor(t *testing.T) {
 		t.Fatalf("read a message back by sequence: %v", err)
 	}
 
-	// Alerts, dead letters and escalations as itself.
+	// Alerts, dead letters, the events wake-up and escalations as itself.
 	alert, _ := sc.Alert("warning", "B")
 	if err := nc.Publish(alert, []byte("{}")); err != nil {
 		t.Fatal(err)
@@ -103,6 +103,9 @@ func TestMonitor(t *testing.T) {
 	dlq, _ := sc.DLQ("B", "normal", "A")
 	if _, err := js.Publish(ctx, dlq, []byte("{}")); err != nil {
 		t.Fatalf("dead letter: %v", err)
+	}
+	if _, err := js.Publish(ctx, sc.MonitorWake(), nil); err != nil {
+		t.Fatalf("events wake-up: %v", err)
 	}
 	mon := isolatedAgent(t, nc, auth.DefaultMonitorID)
 	if _, err := mon.Send(ctx, "A", agentkit.ActionEscalation, nil); err != nil {

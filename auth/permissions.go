@@ -115,7 +115,7 @@ func payloadRights(s subjects.Scheme) []string {
 // the registry's, reading their messages, creating the streams when missing
 // and updating its own two, but never deleting or purging a stream; the
 // registry; consumer advisories, heartbeats and alerts; and publishing
-// alerts, dead letters and its own messages.
+// alerts, dead letters, the events wake-up and its own messages.
 func monitorPermissions(s subjects.Scheme, id string) *Permissions {
 	p := &Permissions{}
 	pre := s.Prefix()
@@ -126,6 +126,7 @@ func monitorPermissions(s subjects.Scheme, id string) *Permissions {
 		pre+".alert.>",
 		pre+".dlq.>",
 		pre+".hb."+id,
+		s.MonitorWake(),
 		jsAPI+".INFO",
 		"$KV."+s.RegistryBucket()+".>",
 	)

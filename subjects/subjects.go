@@ -229,15 +229,21 @@ func (s Scheme) DLQStream() string { return s.stream + "_DLQ" }
 // NAK, TERM and MAX_DELIVERIES advisories and the ack metric of the message
 // stream's consumers — only those, so neither the monitor's own consumers
 // on the events stream nor other consumer advisories (created, pinned, ...)
-// feed into it.
+// feed into it — and the monitor's wake-up ([Scheme.MonitorWake]).
 func (s Scheme) EventsSubjects() []string {
 	return []string{
 		NakPrefix + "." + s.stream + ".*",
 		TerminatedPrefix + "." + s.stream + ".*",
 		MaxDeliveriesPrefix + "." + s.stream + ".*",
 		AckMetricPrefix + "." + s.stream + ".*",
+		s.MonitorWake(),
 	}
 }
+
+// MonitorWake is the subject an ack monitor instance publishes to when no
+// instance holds the events consumer's pin: the server pins whichever
+// instance it delivers the wake-up to.
+func (s Scheme) MonitorWake() string { return s.prefix + ".monitor.wake" }
 
 // Consumer returns the durable consumer name of agent at priority:
 // "<agent>_<priority>".

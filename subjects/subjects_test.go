@@ -182,7 +182,7 @@ func TestScheme_Names(t *testing.T) {
 			"StreamSubjects":  []string{"mesh.agent.>", "mesh.topic.>", "mesh.broadcast.>"},
 			"DLQSubjects":     []string{"mesh.dlq.>"},
 			"EventsSubjects": []string{"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.MESH.*", "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.MESH.*",
-				"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.MESH.*", "$JS.EVENT.METRIC.CONSUMER.ACK.MESH.*"},
+				"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.MESH.*", "$JS.EVENT.METRIC.CONSUMER.ACK.MESH.*", "mesh.monitor.wake"},
 		}},
 		{"team_a", must(subjects.New("team_a")), map[string]any{
 			"Prefix":          "team_a",
@@ -198,7 +198,7 @@ func TestScheme_Names(t *testing.T) {
 			"StreamSubjects":  []string{"team_a.agent.>", "team_a.topic.>", "team_a.broadcast.>"},
 			"DLQSubjects":     []string{"team_a.dlq.>"},
 			"EventsSubjects": []string{"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.TEAM_A.*", "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.TEAM_A.*",
-				"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TEAM_A.*", "$JS.EVENT.METRIC.CONSUMER.ACK.TEAM_A.*"},
+				"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TEAM_A.*", "$JS.EVENT.METRIC.CONSUMER.ACK.TEAM_A.*", "team_a.monitor.wake"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
