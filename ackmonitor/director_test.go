@@ -12,10 +12,7 @@ func TestRegistryDirectors(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	ctx := testCtx(t)
-	js, err := jetstream.New(m.conn())
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := m.jetstream()
 	r := &ackmonitor.RegistryDirectors{JS: js, Bucket: "mesh_registry", Default: "director"}
 	if d, err := r.Director(ctx, "planner"); err != nil || d != "director" {
 		t.Fatalf("without a bucket: %q, %v", d, err)

@@ -113,14 +113,9 @@ func testFailover(t *testing.T, kind storeKind) {
 // wait the escalation would count one NAK of two.
 func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t)
-	st := openStore(t, sqliteStore)
+	m, st, dir, twoDeliveries := takeoverMesh(t)
 	ctx := testCtx(t)
-	var dir escalations
-	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
 	second := make(chan struct{}) // opens the second (last) delivery
-	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second, 5 * time.Second}, MaxDeliver: 2,
-		ProcessingLimit: 10 * time.Second, Prefetch: 1, MaxAckPending: 100}
 	m.agent("worker", map[string]agentkit.HandlerFunc{
 		"never": func(ctx context.Context, msg *agentkit.Message) error {
 			if msg.Delivery == 2 {
@@ -131,8 +126,7 @@ func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 			}
 			return agentkit.Busy(20 * time.Millisecond)
 		},
-		"ok": func(context.Context, *agentkit.Message) error { return nil },
-	}, agentkit.WithPolicy(agentkit.PriorityNormal, pol))
+	}, twoDeliveries)
 	client := m.agent("client", nil)
 
 	// AckWait well above the takeover time (PinnedTTL plus two status
@@ -144,10 +138,6 @@ func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 	cfgA := cfg
 	cfgA.Store = holder
 	a := startMonitor(t, m.s, cfgA)
-	// The events consumer pins the first instance to fetch an event.
-	if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
-		t.Fatal(err)
-	}
 	eventually(t, 20*time.Second, "the first instance active", a.Active)
 	b := startMonitor(t, m.s, cfg)
 
@@ -163,10 +153,6 @@ func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 	a.nc.Close() // a crash as the server sees it, with the NAK fetched and never acked
 	close(holder.release)
 	a.stop()
-	// An instance learns it holds the pin from the events it is sent.
-	if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
-		t.Fatal(err)
-	}
 	eventually(t, 20*time.Second, "the standby takes over", b.Active)
 	close(second)
 
@@ -183,16 +169,11 @@ func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 // comes after. The standby learns it holds the pin from its own wake-up.
 func TestHA_QuietTakeoverFollowsUp(t *testing.T) {
 	t.Parallel()
-	m := newMesh(t)
-	st := openStore(t, sqliteStore)
+	m, st, dir, twoDeliveries := takeoverMesh(t)
 	ctx := testCtx(t)
-	var dir escalations
-	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
-	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second, 5 * time.Second}, MaxDeliver: 2,
-		ProcessingLimit: 10 * time.Second, Prefetch: 1, MaxAckPending: 100}
 	m.agent("worker", map[string]agentkit.HandlerFunc{
 		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(20 * time.Millisecond) },
-	}, agentkit.WithPolicy(agentkit.PriorityNormal, pol))
+	}, twoDeliveries)
 	client := m.agent("client", nil)
 
 	cfg := fastConfig(st)
@@ -223,6 +204,18 @@ type noFollowUps struct{ store.Store }
 
 func (noFollowUps) PendingFollowUps(context.Context, int) ([]store.Record, error) {
 	return nil, errors.New("instance dying")
+}
+
+// takeoverMesh is the takeover tests' mesh and ledger: a director that
+// records escalations, and the policy option that exhausts a normal
+// message after two deliveries (ack timeouts too long to fire).
+func takeoverMesh(t *testing.T) (*mesh, store.Store, *escalations, agentkit.Option) {
+	m := newMesh(t)
+	dir := &escalations{}
+	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
+	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second, 5 * time.Second}, MaxDeliver: 2,
+		ProcessingLimit: 10 * time.Second, Prefetch: 1, MaxAckPending: 100}
+	return m, openStore(t, sqliteStore), dir, agentkit.WithPolicy(agentkit.PriorityNormal, pol)
 }
 
 // holdingStore holds the first batch with a NAK event, then fails it: an

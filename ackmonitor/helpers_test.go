@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
@@ -161,6 +162,16 @@ type mesh struct {
 func newMesh(t *testing.T) *mesh { return &mesh{t: t, s: natstest.RunServer(t)} }
 
 func (m *mesh) conn() *nats.Conn { return natstest.Connect(m.t, m.s) }
+
+// jetstream returns a JetStream context on a new connection.
+func (m *mesh) jetstream() jetstream.JetStream {
+	m.t.Helper()
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return js
+}
 
 // agent starts an agent with handlers (none: a sender only, not started).
 func (m *mesh) agent(id string, handlers map[string]agentkit.HandlerFunc, opts ...agentkit.Option) *agentkit.Agent {

@@ -193,10 +193,7 @@ func testScenario(t *testing.T, kind storeKind) {
 
 	// Dead letters: the terminated and the exhausted messages, original
 	// headers kept.
-	js, err := jetstream.New(m.conn())
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := m.jetstream()
 	eventually(t, 20*time.Second, "dead letters", func() bool {
 		info, err := js.Stream(ctx, "MESH_DLQ")
 		return err == nil && info.CachedInfo().State.Msgs == nReject+nNever
@@ -385,10 +382,7 @@ func TestRun_AddsWakeSubjectToEventsStream(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	ctx := testCtx(t)
-	js, err := jetstream.New(m.conn())
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := m.jetstream()
 	s := subjects.Default
 	old := slices.DeleteFunc(s.EventsSubjects(), func(subj string) bool { return subj == s.MonitorWake() })
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s.EventsStream(), Subjects: old}); err != nil {
