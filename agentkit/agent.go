@@ -424,27 +424,21 @@ func (a *Agent) Stop() {
 // NAK that overtook it would have the server redeliver the message into
 // this instance's own pull request, where nobody reads it, instead of to
 // another instance (the message would wait out its ack timeout). Stop
-// unsubscribes from a goroutine of nats.go's and signals nothing; the
-// iterator's Closed channel, checked each millisecond, says when it is done.
+// unsubscribes from a goroutine of nats.go's; the iterator's Closed
+// channel says when it is done.
 func (a *Agent) awaitUnsubscribed() {
-	deadline := time.Now().Add(a.opts.attemptTimeout)
+	timeout := time.NewTimer(a.opts.attemptTimeout)
+	defer timeout.Stop()
 	for _, s := range *a.sources.Load() {
 		c, ok := s.current().(interface{ Closed() <-chan struct{} })
 		if !ok {
 			continue
 		}
-		for !isClosed(c.Closed()) && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
+		select {
+		case <-c.Closed():
+		case <-timeout.C:
+			return
 		}
-	}
-}
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
 	}
 }
 
