@@ -61,6 +61,7 @@ type Agent struct {
 	heartbeat sync.WaitGroup
 	hbDone    chan struct{}
 	breakers  breakers
+	fast      fastBatches  // whether SendBatch may use fast batch publish
 	objects   payloadStore // large envelopes
 	shared    sharedState  // task state
 	handled   handledSet   // recently finished stream sequences

@@ -220,8 +220,8 @@ func WithRequestTimeout(d time.Duration) Option {
 
 // StreamConfig returns the configuration of the message stream for scheme:
 // Limits retention (terminated and exhausted messages stay readable for
-// escalation and replay), 7 days MaxAge, a 2 minute duplicate window and the
-// given replica count.
+// escalation and replay), 7 days MaxAge, a 2 minute duplicate window, fast
+// batch publish (for [Agent.SendBatch]) and the given replica count.
 func StreamConfig(scheme subjects.Scheme, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        scheme.Stream(),
@@ -232,6 +232,8 @@ func StreamConfig(scheme subjects.Scheme, replicas int) jetstream.StreamConfig {
 		MaxAge:      7 * 24 * time.Hour,
 		Duplicates:  2 * time.Minute,
 		Replicas:    replicas,
+		// SendBatch's fast path (batchpub.go); servers before 2.14 ignore it.
+		AllowBatchPublish: true,
 	}
 }
 

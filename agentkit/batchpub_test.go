@@ -1,0 +1,284 @@
+package agentkit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// batchWire records, from a connection of its own, what goes over the wire
+// for SendBatch: the mesh messages published as part of a fast batch, and
+// the stream's replies to fast batches (on the default _INBOX prefix).
+type batchWire struct {
+	nc *nats.Conn
+	ch chan *nats.Msg // every subscription's: nats.go fills it as it reads
+	// fast counts mesh messages published with a fast batch reply subject.
+	fast int
+	// acks are the counts of the batch acks, in arrival order.
+	acks []int
+	// errCodes are the JetStream error codes of error replies.
+	errCodes []int
+}
+
+func (m *mesh) watchBatches() *batchWire {
+	m.t.Helper()
+	w := &batchWire{nc: m.conn(), ch: make(chan *nats.Msg, 1<<14)}
+	for _, subject := range append(subjects.Default.StreamSubjects(), "_INBOX.>") {
+		if _, err := w.nc.ChanSubscribe(subject, w.ch); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	if err := w.nc.Flush(); err != nil {
+		m.t.Fatal(err)
+	}
+	return w
+}
+
+// seen returns what the wire carried up to now: everything the server
+// sent this connection before it answered a flush, which nats.go has put
+// in the channel by then.
+func (w *batchWire) seen(t *testing.T) (fast int, acks, errCodes []int) {
+	t.Helper()
+	if err := w.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case msg := <-w.ch:
+			w.record(msg)
+		default:
+			return w.fast, slices.Clone(w.acks), slices.Clone(w.errCodes)
+		}
+	}
+}
+
+func (w *batchWire) record(msg *nats.Msg) {
+	if !strings.HasPrefix(msg.Subject, "_INBOX.") {
+		if strings.HasSuffix(msg.Reply, ".$FI") {
+			w.fast++
+		}
+		return
+	}
+	var r struct {
+		Type  string              `json:"type"`
+		Batch string              `json:"batch"`
+		Count int                 `json:"count"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	switch {
+	case json.Unmarshal(msg.Data, &r) != nil || r.Type != "":
+		// not a JetStream reply, or fast batch flow control
+	case r.Error != nil:
+		w.errCodes = append(w.errCodes, int(r.Error.ErrorCode))
+	case r.Batch != "":
+		w.acks = append(w.acks, r.Count)
+	}
+}
+
+// requests returns n requests from sender to "recv", with payload.
+func requests(t *testing.T, sender *agentkit.Agent, n int, payload any) []*agentkit.Envelope {
+	t.Helper()
+	envs := make([]*agentkit.Envelope, n)
+	for i := range envs {
+		e, err := sender.NewRequest(ctx(t), "recv", "work", payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs[i] = e
+	}
+	return envs
+}
+
+// storedMsgs returns how many messages the MESH stream holds.
+func (m *mesh) storedMsgs() uint64 {
+	m.t.Helper()
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	s, err := js.Stream(ctx(m.t), subjects.Default.Stream())
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	info, err := s.Info(ctx(m.t))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// createStream creates the MESH stream ahead of the agents, as an
+// administrator would: agentkit's configuration, changed by edit.
+func (m *mesh) createStream(edit func(*jetstream.StreamConfig)) {
+	m.t.Helper()
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	cfg := agentkit.StreamConfig(subjects.Default, 1)
+	edit(&cfg)
+	if _, err := js.CreateStream(ctx(m.t), cfg); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// handledOnce waits until rec has handled every one of envs and checks it
+// handled each exactly once and nothing else.
+func handledOnce(t *testing.T, rec *recorder, envs []*agentkit.Envelope) {
+	t.Helper()
+	eventually(t, 10*time.Second, "every message handled", func() bool { return rec.count() >= len(envs) })
+	ids := rec.ids()
+	for _, e := range envs {
+		if ids[e.MessageID] != 1 {
+			t.Fatalf("message %s handled %d times, want once", e.MessageID, ids[e.MessageID])
+		}
+	}
+	if len(ids) != len(envs) || rec.count() != len(envs) {
+		t.Fatalf("handled %d messages (%d distinct), want %d", rec.count(), len(ids), len(envs))
+	}
+}
+
+// SendBatch stores a batch with fast batch publish, in batches of at most
+// 1,000 each confirmed by one ack, and a batch sent again is deduplicated.
+func TestSendBatch_FastBatch(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	rec := &recorder{}
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
+	wire := m.watchBatches()
+	sender := m.agent("sender")
+	envs := requests(t, sender, 1200, map[string]int{"n": 1})
+	if err := sender.SendBatch(ctx(t), envs); err != nil {
+		t.Fatal(err)
+	}
+	fast, acks, errCodes := wire.seen(t)
+	if fast != 1200 || !slices.Equal(acks, []int{1000, 200}) || len(errCodes) != 0 {
+		t.Fatalf("on the wire: %d fast batch messages, batch acks %v, errors %v; want 1200, [1000 200], none", fast, acks, errCodes)
+	}
+	if err := sender.SendBatch(ctx(t), envs); err != nil {
+		t.Fatal(err)
+	}
+	if _, acks, _ := wire.seen(t); !slices.Equal(acks, []int{1000, 200, 1000, 200}) {
+		t.Fatalf("batch acks %v, want [1000 200 1000 200]", acks)
+	}
+	if n := m.storedMsgs(); n != 1200 {
+		t.Fatalf("stream holds %d messages, want 1200", n)
+	}
+	handledOnce(t, rec, envs)
+}
+
+// On a stream without fast batch publish (one created before agentkit
+// enabled it, which Start leaves as it is), SendBatch stores every message
+// one by one, and after the first refusal stops trying.
+func TestSendBatch_StreamWithoutFastBatch(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.createStream(func(c *jetstream.StreamConfig) { c.AllowBatchPublish = false })
+	rec := &recorder{}
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
+	wire := m.watchBatches()
+	sender := m.agent("sender")
+	first := requests(t, sender, 10, nil)
+	if err := sender.SendBatch(ctx(t), first); err != nil {
+		t.Fatal(err)
+	}
+	tried, acks, errCodes := wire.seen(t)
+	if tried == 0 || len(acks) != 0 || len(errCodes) == 0 || slices.ContainsFunc(errCodes, func(c int) bool { return c != 10205 }) {
+		t.Fatalf("first batch: %d fast batch messages, acks %v, errors %v; want some, none, only 10205 (batch publish disabled)", tried, acks, errCodes)
+	}
+	second := requests(t, sender, 10, nil)
+	if err := sender.SendBatch(ctx(t), second); err != nil {
+		t.Fatal(err)
+	}
+	if fast, _, _ := wire.seen(t); fast != tried {
+		t.Fatalf("second batch sent %d fast batch messages, want none", fast-tried)
+	}
+	if n := m.storedMsgs(); n != 20 {
+		t.Fatalf("stream holds %d messages, want 20", n)
+	}
+	handledOnce(t, rec, append(first, second...))
+}
+
+// A message the stream refuses in the middle of a batch fails alone: the
+// batch error names it, and every other message is stored once, whether
+// or not the stream takes fast batches.
+func TestSendBatch_ReportsEachFailure(t *testing.T) {
+	t.Parallel()
+	for _, fastBatch := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fast", false: "one by one"}[fastBatch], func(t *testing.T) {
+			t.Parallel()
+			m := newMesh(t)
+			m.createStream(func(c *jetstream.StreamConfig) { c.AllowBatchPublish, c.MaxMsgSize = fastBatch, 2048 })
+			rec := &recorder{}
+			m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
+			wire := m.watchBatches()
+			sender := m.agent("sender")
+			envs := requests(t, sender, 8, map[string]string{"text": "small"})
+			tooBig, err := sender.NewRequest(ctx(t), "recv", "work", map[string]string{"text": strings.Repeat("x", 4096)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs[3] = tooBig
+			err = sender.SendBatch(ctx(t), envs)
+			var batchErr *agentkit.BatchError
+			if !errors.As(err, &batchErr) || !errors.Is(err, agentkit.ErrPublish) {
+				t.Fatalf("SendBatch = %v, want a *BatchError matching ErrPublish", err)
+			}
+			for i, err := range batchErr.Errs {
+				if (err != nil) != (i == 3) {
+					t.Errorf("item %d: error %v", i, err)
+				}
+			}
+			if !strings.Contains(batchErr.Errs[3].Error(), tooBig.MessageID) {
+				t.Errorf("item 3's error %q does not name its message", batchErr.Errs[3])
+			}
+			if fast, _, _ := wire.seen(t); fastBatch && fast != len(envs) {
+				t.Errorf("%d fast batch messages on the wire, want %d", fast, len(envs))
+			}
+			if n := m.storedMsgs(); n != 7 {
+				t.Fatalf("stream holds %d messages, want 7", n)
+			}
+			handledOnce(t, rec, slices.Delete(envs, 3, 4))
+		})
+	}
+}
+
+// When a fast batch fills the stream, its ack counts the messages stored,
+// and SendBatch reports each one after those as failed.
+func TestSendBatch_StreamFullMidBatch(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.createStream(func(c *jetstream.StreamConfig) { c.MaxMsgs, c.Discard = 5, jetstream.DiscardNew })
+	wire := m.watchBatches()
+	sender := m.agent("sender")
+	envs := requests(t, sender, 8, nil)
+	// The stream refuses with a retryable 503: retries end with the context.
+	sendCtx, cancel := context.WithTimeout(ctx(t), time.Second)
+	defer cancel()
+	err := sender.SendBatch(sendCtx, envs)
+	var batchErr *agentkit.BatchError
+	if !errors.As(err, &batchErr) {
+		t.Fatalf("SendBatch = %v, want a *BatchError", err)
+	}
+	for i, err := range batchErr.Errs {
+		if (err != nil) != (i >= 5) || (err != nil && !strings.Contains(err.Error(), envs[i].MessageID)) {
+			t.Errorf("item %d: error %v", i, err)
+		}
+	}
+	if _, acks, _ := wire.seen(t); !slices.Equal(acks, []int{5}) {
+		t.Errorf("batch acks %v, want [5]", acks)
+	}
+	if n := m.storedMsgs(); n != 5 {
+		t.Fatalf("stream holds %d messages, want 5", n)
+	}
+}
