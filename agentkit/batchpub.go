@@ -75,7 +75,7 @@ type fastBatches struct{ off atomic.Bool }
 // messages after those are left for SendBatch to publish one by one.
 func (a *Agent) publishFast(ctx context.Context, msgs []outMsg) int {
 	done := 0
-	for done < len(msgs) && !a.fast.off.Load() {
+	for done < len(msgs) && !a.fast.off.Load() && ctx.Err() == nil {
 		n, size := 0, 0
 		for _, m := range msgs[done:] {
 			if n == maxFastBatch || (n > 0 && size+len(m.Data) > maxFastBatchBytes) {
