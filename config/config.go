@@ -154,7 +154,8 @@ type Policy struct {
 	// Prefetch is how many messages are buffered ahead of the handlers
 	// until their pace is known.
 	Prefetch int `yaml:"prefetch"`
-	// MaxPrefetch caps the buffer the runtime sizes to the handlers' pace.
+	// MaxPrefetch caps the buffer the runtime sizes to the handlers' pace;
+	// 0 keeps the buffer at Prefetch.
 	MaxPrefetch int `yaml:"max_prefetch"`
 	// MaxAckPending bounds unacknowledged messages of the consumer.
 	MaxAckPending int `yaml:"max_ack_pending"`

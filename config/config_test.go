@@ -84,6 +84,24 @@ func TestLoad_FileOverlaysDefaults(t *testing.T) {
 	}
 }
 
+// max_prefetch 0 is agentkit's fixed buffer: a file can choose it, and
+// other policies keep the adaptive default.
+func TestLoad_FixedPrefetch(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("agent:\n  policies:\n    low: {prefetch: 4, max_prefetch: 0}\n"), 0o600)
+	c, err := config.LoadWith(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lp := c.Agent.Policy(agentkit.PriorityLow); lp.Prefetch != 4 || lp.MaxPrefetch != 0 {
+		t.Errorf("low policy = %+v, want prefetch 4 and max_prefetch 0", lp)
+	}
+	if np := c.Agent.Policy(agentkit.PriorityNormal); np.MaxPrefetch != agentkit.DefaultPolicies()[agentkit.PriorityNormal].MaxPrefetch {
+		t.Errorf("normal policy = %+v, want the default max_prefetch", np)
+	}
+}
+
 func TestLoad_UnknownKey(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "c.yaml")
@@ -212,6 +230,7 @@ func TestValidate_BadValues(t *testing.T) {
 		{"max deliver", func(c *config.Config) { c.Agent.Policies.High.MaxDeliver = 2 }, "agent.policies.high.max_deliver", "config: agent.policies.high.max_deliver 2: must be at least len(backoff) = 4"},
 		{"backoff tiny", func(c *config.Config) { c.Agent.Policies.Low.BackOff = []time.Duration{time.Microsecond} }, "agent.policies.low.backoff[0]", "1µs"},
 		{"backoff empty", func(c *config.Config) { c.Agent.Policies.Batch.BackOff = nil }, "agent.policies.batch.backoff", "at least one"},
+		{"max prefetch", func(c *config.Config) { c.Agent.Policies.Normal.MaxPrefetch = -1 }, "agent.policies.normal.max_prefetch", "must not be negative"},
 		{"concurrency", func(c *config.Config) { c.Agent.Concurrency = -1 }, "agent.concurrency", "-1"},
 		{"http addr", func(c *config.Config) { c.Monitor.HTTPAddr = "nocolon" }, "monitor.http_addr", `"nocolon"`},
 		{"monitor url", func(c *config.Config) { c.Monitor.URL = "ftp://x" }, "monitor.url", "http(s)"},

@@ -126,8 +126,8 @@ func (c *Config) Validate() error {
 		if pol.Prefetch < 1 {
 			bad(field+".prefetch", pol.Prefetch, "must be at least 1")
 		}
-		if pol.MaxPrefetch < 1 {
-			bad(field+".max_prefetch", pol.MaxPrefetch, "must be at least 1")
+		if pol.MaxPrefetch < 0 {
+			bad(field+".max_prefetch", pol.MaxPrefetch, "must not be negative (0: a fixed buffer of prefetch)")
 		}
 		if pol.MaxAckPending < 1 {
 			bad(field+".max_ack_pending", pol.MaxAckPending, "must be at least 1")
