@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // ActionEscalation is the action of the envelope the monitor sends to a
@@ -84,7 +85,11 @@ func (r *RegistryDirectors) Director(ctx context.Context, agent string) (string,
 	if d, err := directorAt(ctx, kv, agent); d != "" || err != nil {
 		return d, err
 	}
-	lister, err := kv.ListKeysFiltered(ctx, "agent."+agent+".*")
+	filter, err := subjects.InstancesFilter(agent)
+	if err != nil {
+		return "", fmt.Errorf("ackmonitor: registry %s: %w", r.Bucket, err)
+	}
+	lister, err := kv.ListKeysFiltered(ctx, filter)
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return "", fmt.Errorf("ackmonitor: registry %s: %w", r.Bucket, err)
 	}

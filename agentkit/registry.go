@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -207,12 +206,15 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 
 // apply updates the cache from one KV entry and returns the agent it concerns.
 func (r *Registry) apply(e jetstream.KeyValueEntry) string {
-	parts := strings.Split(e.Key(), ".")
+	key, err := subjects.ParseRegistryKey(e.Key())
+	if err != nil {
+		return ""
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case len(parts) == 3 && parts[0] == "agent":
-		agent, inst := parts[1], parts[2]
+	switch key.Kind {
+	case subjects.KeyInstance:
+		agent, inst := key.Agent, key.Instance
 		switch e.Operation() {
 		case jetstream.KeyValuePut:
 			var rec instanceRecord
@@ -241,20 +243,19 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 			}
 		}
 		return agent
-	case len(parts) == 2 && (parts[0] == "health" || parts[0] == "unavailable"):
+	default: // a mark
 		marks := r.health
-		if parts[0] == "unavailable" {
+		if key.Kind == subjects.KeyUnavailable {
 			marks = r.silent
 		}
 		var h health
 		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &h) == nil {
-			marks[parts[1]] = h
+			marks[key.Agent] = h
 		} else { // cleared, or the TTL ran out
-			delete(marks, parts[1])
+			delete(marks, key.Agent)
 		}
-		return parts[1]
+		return key.Agent
 	}
-	return ""
 }
 
 func (r *Registry) notify(agent string) {
@@ -373,7 +374,10 @@ func (r *Registry) Watch(ctx context.Context) <-chan RegistryEvent {
 // MarkDegraded records that agent looks unhealthy to by (seed 000: three
 // consecutive NACKs), or clears the mark when degraded is false.
 func (r *Registry) MarkDegraded(ctx context.Context, agent, by, reason string, degraded bool) error {
-	key := "health." + agent
+	key, err := subjects.MarkKey(subjects.KeyHealth, agent)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
 	if !degraded {
 		if err := r.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("agentkit: clear degraded %s: %w", agent, err)
@@ -404,11 +408,12 @@ func MarkUnavailable(ctx context.Context, js jetstream.JetStream, s subjects.Sch
 
 // putUnavailable publishes the mark with a per-message TTL, as put does.
 func putUnavailable(ctx context.Context, js jetstream.JetStream, bucket, agent, by, reason string, ttl time.Duration) error {
-	if err := subjects.ValidateToken("agent id", agent); err != nil {
+	key, err := subjects.MarkKey(subjects.KeyUnavailable, agent)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	b, _ := json.Marshal(health{By: by, Reason: reason, At: time.Now().UTC()})
-	if _, err := js.Publish(ctx, "$KV."+bucket+".unavailable."+agent, b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
+	if _, err := js.Publish(ctx, subjects.KVSubject(bucket, key), b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
 		return fmt.Errorf("agentkit: mark %s unavailable: %w", agent, err)
 	}
 	return nil
@@ -417,7 +422,11 @@ func putUnavailable(ctx context.Context, js jetstream.JetStream, bucket, agent, 
 // ClearUnavailable removes the mark of [Registry.MarkUnavailable]: agent
 // answered again.
 func (r *Registry) ClearUnavailable(ctx context.Context, agent string) error {
-	if err := r.kv.Delete(ctx, "unavailable."+agent); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	key, err := subjects.MarkKey(subjects.KeyUnavailable, agent)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	if err := r.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("agentkit: clear unavailable %s: %w", agent, err)
 	}
 	return nil
@@ -431,15 +440,22 @@ func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	subject := "$KV." + r.bucket + ".agent." + rec.ID + "." + rec.Instance
-	if _, err := r.js.Publish(ctx, subject, b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
+	key, err := subjects.InstanceKey(rec.ID, rec.Instance)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
 		return fmt.Errorf("agentkit: register %s/%s: %w", rec.ID, rec.Instance, err)
 	}
 	return nil
 }
 
 func (r *Registry) remove(ctx context.Context, id, instance string) error {
-	if err := r.kv.Delete(ctx, "agent."+id+"."+instance); err != nil {
+	key, err := subjects.InstanceKey(id, instance)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	if err := r.kv.Delete(ctx, key); err != nil {
 		return fmt.Errorf("agentkit: deregister %s/%s: %w", id, instance, err)
 	}
 	return nil

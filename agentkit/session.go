@@ -263,7 +263,7 @@ func (s *Sessions) Delete(ctx context.Context, id string) error {
 // (NATS.md §5), so the value is published to the key's subject with a
 // Nats-TTL header and the expected-revision header instead.
 func (s *Sessions) update(ctx context.Context, id string, fn func(*Session)) (*Session, error) {
-	subject := "$KV." + s.bucket + "." + id
+	subject := subjects.KVSubject(s.bucket, id)
 	for attempt := range maxCASAttempts {
 		if attempt > 0 {
 			if err := casBackoff(ctx, attempt); err != nil {

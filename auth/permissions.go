@@ -32,14 +32,10 @@ const jsAPI = "$JS.API"
 // and payload store rights agentkit needs.
 func agentPermissions(s subjects.Scheme, id string, o Options) *Permissions {
 	p := &Permissions{}
-	pre := s.Prefix()
 	// Sending: the sender is the last token of every message subject.
-	p.Publish = append(p.Publish,
-		pre+".agent.*.*."+id,
-		pre+".topic.*.*."+id,
-		pre+".broadcast.*."+id,
-	)
-	hb, _ := s.Heartbeat(id) // id validated by the caller
+	sent, _ := s.SentBy(id) // id validated by the caller
+	hb, _ := s.Heartbeat(id)
+	p.Publish = append(p.Publish, sent...)
 	p.Publish = append(p.Publish, hb)
 	// Consuming: each consumer named exactly, never "<id>_*", which would
 	// also match the consumers of an agent whose id starts with "<id>_".
@@ -80,10 +76,13 @@ func ackSubjects(stream, consumer string) []string {
 func registryAgentRights(s subjects.Scheme, id string) []string {
 	b := s.RegistryBucket()
 	kvStream := "KV_" + b
+	instances, _ := subjects.InstancesFilter(id) // id validated by the caller
+	health, _ := subjects.MarksFilter(subjects.KeyHealth)
+	unavailable, _ := subjects.MarksFilter(subjects.KeyUnavailable)
 	return []string{
-		"$KV." + b + ".agent." + id + ".*",            // its instances' records (put with Nats-TTL, delete)
-		"$KV." + b + ".health.*",                      // degraded marks about the agents it sends to
-		"$KV." + b + ".unavailable.*",                 // unavailable marks (repeated timeouts), likewise
+		subjects.KVSubject(b, instances),              // its instances' records (put with Nats-TTL, delete)
+		subjects.KVSubject(b, health),                 // degraded marks about the agents it sends to
+		subjects.KVSubject(b, unavailable),            // unavailable marks (repeated timeouts), likewise
 		jsAPI + ".STREAM.INFO." + kvStream,            // js.KeyValue
 		jsAPI + ".CONSUMER.CREATE." + kvStream + ".>", // the watch's ordered consumer
 		jsAPI + ".CONSUMER.DELETE." + kvStream + ".*", // removed when the watch stops
@@ -118,17 +117,16 @@ func payloadRights(s subjects.Scheme) []string {
 // alerts, dead letters, the events wake-up and its own messages.
 func monitorPermissions(s subjects.Scheme, id string) *Permissions {
 	p := &Permissions{}
-	pre := s.Prefix()
+	sent, _ := s.SentBy(id) // escalations, sent as the monitor; id validated by the caller
+	hb, _ := s.Heartbeat(id)
+	p.Publish = append(p.Publish, sent...)
+	p.Publish = append(p.Publish, s.DLQSubjects()...)
 	p.Publish = append(p.Publish,
-		pre+".agent.*.*."+id, // escalations, sent as the monitor
-		pre+".topic.*.*."+id,
-		pre+".broadcast.*."+id,
-		pre+".alert.>",
-		pre+".dlq.>",
-		pre+".hb."+id,
+		s.AlertFilter(),
+		hb,
 		s.MonitorWake(),
 		jsAPI+".INFO",
-		"$KV."+s.RegistryBucket()+".>",
+		subjects.KVSubject(s.RegistryBucket(), ">"),
 	)
 	streams := []struct {
 		name           string

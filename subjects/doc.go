@@ -16,8 +16,16 @@
 //	mesh.dlq.<receiver>.<priority>.<sender>     dead letter
 //
 // The sender is always the last token, so NATS permissions can bind an
-// agent's credentials to "mesh.*.*.*.<self>" and the server, not the payload,
-// vouches for who sent a message.
+// agent's credentials to the filters of [Scheme.SentBy] and the server, not
+// the payload, vouches for who sent a message.
+//
+// # Registry keys
+//
+// The registry bucket ([Scheme.RegistryBucket]) holds one key per agent
+// instance, "agent.<agent>.<instance>" ([InstanceKey]), and the marks
+// senders set on an agent, "health.<agent>" and "unavailable.<agent>"
+// ([MarkKey]). [KVSubject] is the subject a key is stored on, for puts that
+// need headers such as a per-key TTL.
 //
 // # Tokens
 //

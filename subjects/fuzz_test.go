@@ -7,11 +7,15 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
+// kinds is the number of kinds of name roundTrip builds.
+const kinds = 9
+
 // roundTrip builds a name of the kind sel selects from a, b and c, and
 // returns the parts the parser must give back.
 func roundTrip(s subjects.Scheme, sel uint8, a, b, c string) (name string, build error, parse func(string) (any, error), want any) {
 	parseSubject := func(name string) (any, error) { return s.Parse(name) }
-	switch sel % 7 {
+	parseKey := func(name string) (any, error) { return subjects.ParseRegistryKey(name) }
+	switch sel % kinds {
 	case 0:
 		name, build = s.Direct(a, b, c)
 		return name, build, parseSubject, subjects.Subject{Kind: subjects.KindDirect, Receiver: a, Priority: b, Sender: c}
@@ -30,6 +34,12 @@ func roundTrip(s subjects.Scheme, sel uint8, a, b, c string) (name string, build
 	case 5:
 		name, build = s.DLQ(a, b, c)
 		return name, build, parseSubject, subjects.Subject{Kind: subjects.KindDLQ, Receiver: a, Priority: b, Sender: c}
+	case 6:
+		name, build = subjects.InstanceKey(a, b)
+		return name, build, parseKey, subjects.RegistryKey{Kind: subjects.KeyInstance, Agent: a, Instance: b}
+	case 7:
+		name, build = subjects.MarkKey(a, b)
+		return name, build, parseKey, subjects.RegistryKey{Kind: a, Agent: b}
 	default:
 		name, build = s.Consumer(a, b)
 		parseConsumer := func(name string) (any, error) {
@@ -49,9 +59,12 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add(uint8(3), "executor_1", "", "")
 	f.Add(uint8(4), "warning", "executor_1", "")
 	f.Add(uint8(5), "executor_1", "batch", "orch_1")
-	f.Add(uint8(6), "planner_1_high", "normal", "")
+	f.Add(uint8(6), "executor_1", "Xk3dJ9aQ", "")
+	f.Add(uint8(7), "health", "executor_1", "")
+	f.Add(uint8(7), "unavailable", "a.b", "")
+	f.Add(uint8(8), "planner_1_high", "normal", "")
 	f.Add(uint8(0), "a.b", "high", "c")
-	f.Add(uint8(6), "x", "medium", "")
+	f.Add(uint8(8), "x", "medium", "")
 	team, err := subjects.New("team_a")
 	if err != nil {
 		f.Fatal(err)
@@ -61,7 +74,7 @@ func FuzzRoundTrip(f *testing.F) {
 			name, buildErr, parse, want := roundTrip(s, sel, a, b, c)
 			if buildErr != nil {
 				if !errors.Is(buildErr, subjects.ErrInvalidToken) || name != "" {
-					t.Fatalf("build(%d, %q, %q, %q) = %q, %v, want \"\" and ErrInvalidToken", sel%7, a, b, c, name, buildErr)
+					t.Fatalf("build(%d, %q, %q, %q) = %q, %v, want \"\" and ErrInvalidToken", sel%kinds, a, b, c, name, buildErr)
 				}
 				continue
 			}
@@ -77,7 +90,8 @@ func FuzzRoundTrip(f *testing.F) {
 // exactly: no two subjects parse to the same parts.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"mesh.agent.planner_1.high.orch_1", "mesh.topic.findings.low.a", "mesh.broadcast.batch.s",
-		"mesh.hb.x", "mesh.alert.info.x", "mesh.dlq.r.normal.s", "mesh.agent..high.x", "mesh.hb.>", "planner_1_high"} {
+		"mesh.hb.x", "mesh.alert.info.x", "mesh.dlq.r.normal.s", "mesh.agent..high.x", "mesh.hb.>", "planner_1_high",
+		"agent.executor_1.Xk3dJ9aQ", "health.executor_1", "unavailable.x.y"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, subject string) {
@@ -106,6 +120,17 @@ func FuzzParse(f *testing.F) {
 			}
 		} else if !errors.Is(err, subjects.ErrInvalidSubject) {
 			t.Fatalf("Parse(%q): err = %v, want ErrInvalidSubject", subject, err)
+		}
+		if k, err := subjects.ParseRegistryKey(subject); err == nil {
+			rebuilt, err := subjects.InstanceKey(k.Agent, k.Instance)
+			if k.Kind != subjects.KeyInstance {
+				rebuilt, err = subjects.MarkKey(k.Kind, k.Agent)
+			}
+			if err != nil || rebuilt != subject {
+				t.Fatalf("ParseRegistryKey(%q) = %+v, rebuilt %q, %v", subject, k, rebuilt, err)
+			}
+		} else if !errors.Is(err, subjects.ErrInvalidSubject) {
+			t.Fatalf("ParseRegistryKey(%q): err = %v, want ErrInvalidSubject", subject, err)
 		}
 		if agent, priority, err := s.ParseConsumer(subject); err == nil {
 			if rebuilt, err := s.Consumer(agent, priority); err != nil || rebuilt != subject {

@@ -201,6 +201,16 @@ func (s Scheme) BroadcastFilter(priority string) (string, error) {
 	return s.prefix + ".broadcast." + priority + ".*", nil
 }
 
+// SentBy returns the filters matching every message from sender: direct,
+// topic and broadcast subjects all end in the sender's id, which is what
+// an agent's publish permissions rest on.
+func (s Scheme) SentBy(sender string) ([]string, error) {
+	if err := ValidateToken("sender id", sender); err != nil {
+		return nil, err
+	}
+	return []string{s.prefix + ".agent.*.*." + sender, s.prefix + ".topic.*.*." + sender, s.prefix + ".broadcast.*." + sender}, nil
+}
+
 // HeartbeatFilter matches every agent's heartbeats.
 func (s Scheme) HeartbeatFilter() string { return s.prefix + ".hb.*" }
 

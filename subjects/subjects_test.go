@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -478,6 +480,76 @@ func TestPrefixes(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// SentBy matches every message subject of its sender and none of another
+// agent's or of another kind.
+func TestScheme_SentBy(t *testing.T) {
+	t.Parallel()
+	s := subjects.Default
+	filters, err := s.SentBy("orch_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	matched := func(subject string) bool {
+		return slices.ContainsFunc(filters, func(f string) bool { return server.SubjectMatchesFilter(subject, f) })
+	}
+	for _, sender := range []string{"orch_1", "orch_2"} {
+		direct, _ := s.Direct("planner_1", "high", sender)
+		topic, _ := s.Topic("findings", "low", sender)
+		broadcast, _ := s.Broadcast("critical", sender)
+		for _, subject := range []string{direct, topic, broadcast} {
+			if matched(subject) != (sender == "orch_1") {
+				t.Errorf("%s: matched %v by %v", subject, matched(subject), filters)
+			}
+		}
+	}
+	hb, _ := s.Heartbeat("orch_1")
+	dlq, _ := s.DLQ("planner_1", "high", "orch_1")
+	for _, subject := range []string{hb, dlq} {
+		if matched(subject) {
+			t.Errorf("%s matched by %v", subject, filters)
+		}
+	}
+	if _, err := s.SentBy("orch.1"); !errors.Is(err, subjects.ErrInvalidToken) {
+		t.Errorf("SentBy(orch.1): err = %v, want ErrInvalidToken", err)
+	}
+}
+
+// The registry's key filters match exactly the keys they name.
+func TestRegistryKeys(t *testing.T) {
+	t.Parallel()
+	instance, _ := subjects.InstanceKey("executor_1", "i1")
+	other, _ := subjects.InstanceKey("executor_10", "i1")
+	health, _ := subjects.MarkKey(subjects.KeyHealth, "executor_1")
+	unavailable, _ := subjects.MarkKey(subjects.KeyUnavailable, "executor_1")
+	instances, _ := subjects.InstancesFilter("executor_1")
+	healthMarks, _ := subjects.MarksFilter(subjects.KeyHealth)
+	for _, tt := range []struct {
+		key, filter string
+		want        bool
+	}{
+		{instance, instances, true},
+		{other, instances, false},
+		{health, instances, false},
+		{health, healthMarks, true},
+		{unavailable, healthMarks, false},
+	} {
+		if got := server.SubjectMatchesFilter(tt.key, tt.filter); got != tt.want {
+			t.Errorf("%q matches %q: %v, want %v", tt.key, tt.filter, got, tt.want)
+		}
+	}
+	if got := subjects.KVSubject("mesh_registry", instance); got != "$KV.mesh_registry.agent.executor_1.i1" {
+		t.Errorf("KVSubject = %q", got)
+	}
+	if _, err := subjects.MarkKey("agent", "executor_1"); !errors.Is(err, subjects.ErrInvalidToken) {
+		t.Errorf("MarkKey(agent): err = %v, want ErrInvalidToken", err)
+	}
+	for _, key := range []string{"agent.executor_1", "health.a.b", "status.a", "agent.a.>", "health.", ""} {
+		if k, err := subjects.ParseRegistryKey(key); !errors.Is(err, subjects.ErrInvalidSubject) {
+			t.Errorf("ParseRegistryKey(%q) = %+v, %v, want ErrInvalidSubject", key, k, err)
 		}
 	}
 }
