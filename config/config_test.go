@@ -64,11 +64,19 @@ func TestExampleFile_EqualsDefaults(t *testing.T) {
 	}
 }
 
+// loadYAML loads a configuration file holding doc, without environment.
+func loadYAML(t *testing.T, doc string) (*config.Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config.LoadWith(path, noEnv)
+}
+
 func TestLoad_FileOverlaysDefaults(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(path, []byte("mesh:\n  prefix: team_a\n  replicas: 3\nagent:\n  policies:\n    high: {backoff: [1s, 2s], max_deliver: 3}\n"), 0o600)
-	c, err := config.LoadWith(path, noEnv)
+	c, err := loadYAML(t, "mesh:\n  prefix: team_a\n  replicas: 3\nagent:\n  policies:\n    high: {backoff: [1s, 2s], max_deliver: 3}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +96,7 @@ func TestLoad_FileOverlaysDefaults(t *testing.T) {
 // other policies keep the adaptive default.
 func TestLoad_FixedPrefetch(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(path, []byte("agent:\n  policies:\n    low: {prefetch: 4, max_prefetch: 0}\n"), 0o600)
-	c, err := config.LoadWith(path, noEnv)
+	c, err := loadYAML(t, "agent:\n  policies:\n    low: {prefetch: 4, max_prefetch: 0}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,9 +110,7 @@ func TestLoad_FixedPrefetch(t *testing.T) {
 
 func TestLoad_UnknownKey(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	os.WriteFile(path, []byte("mesh:\n  prefx: x\n"), 0o600)
-	_, err := config.LoadWith(path, noEnv)
+	_, err := loadYAML(t, "mesh:\n  prefx: x\n")
 	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "prefx") {
 		t.Fatalf("err = %v, want an invalid-config error naming prefx", err)
 	}
