@@ -132,7 +132,9 @@ func (l *ledger) record(m *agentkit.Message) {
 // TestCluster_LeaderFailoverUnderLoad sends 20,000 messages from 4
 // senders to 4 receivers while the MESH stream leader is shut down and
 // later restarted: every message is stored once and handled, no message id
-// reaches a handler twice, and the restarted node catches up.
+// reaches a handler twice, and the restarted node catches up. The senders
+// send the second half of their messages from the moment the leader is
+// shut down, so their sends meet a stream without a leader.
 func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the 20,000-message failover test in -short mode (CI runs it without -short)")
@@ -175,7 +177,8 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	}
 	payload := []byte(`{"data":"` + fmt.Sprintf("%0500d", 0) + `"}`)
 
-	var sendWG sync.WaitGroup
+	var sendWG, halfSent sync.WaitGroup
+	resume := make(chan struct{}) // closed when the leader is shut down
 	sendErrs := make(chan error, senders)
 	for s := range senders {
 		a, err := agentkit.New(c.Connect(t), fmt.Sprintf("sender_%d", s), opts()...)
@@ -183,9 +186,14 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer a.Stop()
+		halfSent.Add(1)
 		sendWG.Go(func() {
 			envs := make([]*agentkit.Envelope, 0, batch)
 			for i := range total / senders {
+				if i == total/senders/2 {
+					halfSent.Done()
+					<-resume
+				}
 				e, err := a.NewRequest(ctx, fmt.Sprintf("worker_%d", (s+i)%receivers), "work", payload)
 				if err != nil {
 					sendErrs <- err
@@ -203,7 +211,8 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 		})
 	}
 
-	// Once a quarter is handled, shut the stream leader down.
+	// Once half is sent and a quarter handled, shut the stream leader down.
+	halfSent.Wait()
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		if n := l.unique.Load(); n < total/4 {
 			return fmt.Errorf("%d handled", n)
@@ -219,6 +228,7 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	atKill := l.unique.Load()
 	t.Logf("shutting down stream leader %s with %d of %d handled", c.Opts[leader].ServerName, atKill, total)
 	c.Shutdown(leader)
+	close(resume)
 	// Keep the node down until the mesh has made progress without it.
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		if n := l.unique.Load(); n < atKill+total/4 && n < total {
