@@ -282,3 +282,24 @@ func TestSendBatch_StreamFullMidBatch(t *testing.T) {
 		t.Fatalf("stream holds %d messages, want 5", n)
 	}
 }
+
+// Without a stream nothing is stored, and SendBatch says so for every
+// message: the server's no-responders replies confirm nothing.
+func TestSendBatch_NoStream(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	sender := m.agent("sender")
+	envs := requests(t, sender, 4, nil)
+	sendCtx, cancel := context.WithTimeout(ctx(t), time.Second)
+	defer cancel()
+	err := sender.SendBatch(sendCtx, envs)
+	var batchErr *agentkit.BatchError
+	if !errors.As(err, &batchErr) || !errors.Is(err, agentkit.ErrPublish) {
+		t.Fatalf("SendBatch = %v, want a *BatchError matching ErrPublish", err)
+	}
+	for i, err := range batchErr.Errs {
+		if err == nil {
+			t.Errorf("item %d reported stored", i)
+		}
+	}
+}
