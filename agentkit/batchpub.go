@@ -98,6 +98,7 @@ func (a *Agent) publishFast(ctx context.Context, msgs []outMsg) int {
 					"agent", a.id, "stream", a.opts.scheme.Stream(), "err", err)
 			}
 			a.opts.logger.Debug("agentkit fast batch ended early", "agent", a.id, "stored", stored, "of", n, "err", err)
+			a.stats.fastFallbacks.Add(uint64(len(msgs) - done))
 			break
 		}
 	}

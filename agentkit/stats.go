@@ -43,6 +43,7 @@ type counters struct {
 	n              [13]atomic.Uint64      // indexed like Outcomes
 	prom           [13]prometheus.Counter // the same, exported when metrics are on
 	publishRetries atomic.Uint64
+	fastFallbacks  atomic.Uint64
 }
 
 func (c *counters) add(o Outcome) {
@@ -63,6 +64,10 @@ type Stats struct {
 	Outcomes map[Outcome]uint64
 	// PublishRetries counts publish attempts that failed and were retried.
 	PublishRetries uint64
+	// FastBatchFallbacks counts messages [Agent.SendBatch] published one by
+	// one because a fast batch ended before the stream confirmed them
+	// (they are deduplicated if it stored them after all).
+	FastBatchFallbacks uint64
 	// Prefetch is how many messages each priority buffers ahead of its
 	// workers now, besides one per worker: Prefetch until the handlers'
 	// pace is known, then what the pace calls for (see
@@ -72,7 +77,8 @@ type Stats struct {
 
 // Stats returns a snapshot of the agent's counters.
 func (a *Agent) Stats() Stats {
-	s := Stats{Outcomes: make(map[Outcome]uint64, len(Outcomes)), PublishRetries: a.stats.publishRetries.Load()}
+	s := Stats{Outcomes: make(map[Outcome]uint64, len(Outcomes)), PublishRetries: a.stats.publishRetries.Load(),
+		FastBatchFallbacks: a.stats.fastFallbacks.Load()}
 	for i, o := range Outcomes {
 		s.Outcomes[o] = a.stats.n[i].Load()
 	}
