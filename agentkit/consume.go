@@ -32,11 +32,18 @@ type delivery struct {
 	// set while the handler runs; see scan
 	start  time.Time
 	cancel context.CancelFunc
+	// redelivered is the count of a redelivery that arrived while the
+	// handler ran (see handledSet.begin); 0 if none did.
+	redelivered atomic.Uint64
 	// lastProgress is when d last had InProgress (or was received): set by
 	// whoever hands d on (reader, lane or worker) before the scanner can
 	// see it, then read and written only by the scanner.
 	lastProgress time.Time
 }
+
+// attempt is the delivery count the server has reached for d's message:
+// d's own, or a redelivery's that overtook d's handler.
+func (d *delivery) attempt() uint64 { return max(d.delivery, d.redelivered.Load()) }
 
 // read pulls one priority's messages and hands them to the workers, which
 // decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
@@ -281,7 +288,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 		a.settleAck(d, OutcomeDuplicate)
 		return
 	}
-	if !a.handled.begin(d.seq) {
+	if !a.handled.begin(d) {
 		a.stats.add(OutcomeDuplicate) // the run in progress settles it
 		return
 	}
@@ -406,13 +413,14 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			a.stats.add(OutcomeNak)
 			return
 		}
+		attempt := d.attempt()
 		if delay <= 0 {
-			delay = d.src.policy.retryDelay(d.delivery)
+			delay = d.src.policy.retryDelay(attempt)
 		}
 		a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
 		a.stats.add(OutcomeNak)
-		if d.delivery >= uint64(d.src.policy.MaxDeliver) && a.answers(d) {
-			e := NewError(code, "giving up after %d attempts: %v", d.delivery, err)
+		if attempt >= uint64(d.src.policy.MaxDeliver) && a.answers(d) {
+			e := NewError(code, "giving up after %d attempts: %v", attempt, err)
 			a.reply(a.failureReply(env, e, elapsed))
 		}
 	case outcomeReroute:

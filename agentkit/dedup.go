@@ -27,7 +27,7 @@ import (
 type handledSet struct {
 	mu       sync.Mutex
 	cur, old *roaring64.Bitmap
-	running  map[uint64]struct{} // sequences whose handler runs now
+	running  map[uint64]*delivery // by stream sequence: the deliveries whose handler runs now
 	window   time.Duration
 	rotated  time.Time
 }
@@ -35,25 +35,30 @@ type handledSet struct {
 func (h *handledSet) init(window time.Duration) {
 	h.window, h.rotated = window, time.Now()
 	if window > 0 {
-		h.cur, h.old, h.running = roaring64.New(), roaring64.New(), map[uint64]struct{}{}
+		h.cur, h.old, h.running = roaring64.New(), roaring64.New(), map[uint64]*delivery{}
 	}
 }
 
-// begin marks seq as being handled. It returns false when a handler for
-// seq already runs on this instance: a redelivery that overtook a slow
-// handler (its InProgress came too late). Acks, NAKs and InProgress act on
-// the stream sequence, so the running handler's outcome settles the
-// message and a second run is not started.
-func (h *handledSet) begin(seq uint64) bool {
-	if h.window <= 0 || seq == 0 {
+// begin marks d's message as being handled. It returns false when a
+// handler for it already runs on this instance: d is a redelivery that
+// overtook a slow handler (its InProgress came too late). Acks, NAKs and
+// InProgress act on the stream sequence, so the running handler's outcome
+// settles the message and a second run is not started; the running
+// delivery learns d's count, the attempt the server has reached, so it
+// knows whether it settles the last one.
+func (h *handledSet) begin(d *delivery) bool {
+	if h.window <= 0 || d.seq == 0 {
 		return true
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.running[seq]; ok {
+	if run, ok := h.running[d.seq]; ok {
+		if d.delivery > run.redelivered.Load() {
+			run.redelivered.Store(d.delivery)
+		}
 		return false
 	}
-	h.running[seq] = struct{}{}
+	h.running[d.seq] = d
 	return true
 }
 

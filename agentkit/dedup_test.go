@@ -36,18 +36,22 @@ func TestHandledSet(t *testing.T) {
 		t.Errorf("after two windows seen(7) = %v, seen(9) = %v; want false, true", h.seen(7), h.seen(9))
 	}
 
-	if !h.begin(5) || h.begin(5) {
+	first, redelivery := &delivery{seq: 5, delivery: 1}, &delivery{seq: 5, delivery: 2}
+	if !h.begin(first) || h.begin(redelivery) {
 		t.Error("begin(5) twice: want true, then false while it runs")
 	}
+	if got := first.attempt(); got != 2 {
+		t.Errorf("running delivery's attempt = %d after a redelivery overtook it, want 2", got)
+	}
 	h.end(5)
-	if !h.begin(5) {
+	if !h.begin(&delivery{seq: 5, delivery: 3}) {
 		t.Error("begin(5) after end = false")
 	}
 
 	var off handledSet
 	off.init(0)
 	off.add(7)
-	if off.seen(7) || !off.begin(7) || !off.begin(7) {
+	if off.seen(7) || !off.begin(&delivery{seq: 7}) || !off.begin(&delivery{seq: 7}) {
 		t.Error("a zero window must remember nothing")
 	}
 }

@@ -143,9 +143,11 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	m := newMesh(t)
 	adv := m.watchAdvisories()
 	// Margins of many scheduler delays on a loaded machine under -race: the
-	// keep-alive must beat a 1s ack wait, and the limit is two ack waits.
-	pol := fastPolicy(time.Second, time.Second)
-	pol.ProcessingLimit = 2 * time.Second
+	// keep-alive, every second, must beat a 2s ack wait (it once lost a 1s
+	// one in CI, a case TestOutcome_RedeliveryOvertakesRunningHandler
+	// covers), and the limit is two ack waits.
+	pol := fastPolicy(2*time.Second, 2*time.Second)
+	pol.ProcessingLimit = 4 * time.Second
 	var rec recorder
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		rec.handle(nil)(ctx, msg)
@@ -164,18 +166,50 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	if rec.count() != 2 {
 		t.Fatalf("handled %d times, want 2 (MaxDeliver)", rec.count())
 	}
-	// The handler ran longer than the 1s ack wait: InProgress kept the
+	// The handler ran longer than the 2s ack wait: InProgress kept the
 	// first delivery alive, so the retry came from the NAK after the limit.
 	rec.mu.Lock()
 	gap := rec.at[1].Sub(rec.at[0])
 	rec.mu.Unlock()
-	if gap < 2*time.Second {
-		t.Fatalf("second delivery after %v, want ≥ the 2s processing limit", gap)
+	if gap < pol.ProcessingLimit {
+		t.Fatalf("second delivery after %v, want ≥ the %v processing limit", gap, pol.ProcessingLimit)
+	}
+}
+
+// A handler that ignores its cancelled context outlives the processing
+// limit, so the server redelivers its message while it still runs. The
+// redelivery is left to the running handler, which learns that the server
+// has reached the last attempt: when it fails, the sender hears so at once.
+func TestOutcome_RedeliveryOvertakesRunningHandler(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	pol := fastPolicy(time.Second, time.Second) // 2 attempts
+	pol.ProcessingLimit = time.Second
+	release := make(chan struct{})
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error {
+		<-release // long after its context is cancelled
+		return errors.New("finished too late")
+	}}, agentkit.WithPolicy(agentkit.PriorityLow, pol))
+	sender := m.started("sender", nil)
+	requestCtx, cancel := context.WithTimeout(ctx(t), 15*time.Second)
+	defer cancel()
+	result := make(chan error, 1)
+	go func() {
+		_, err := sender.Request(requestCtx, "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityLow))
+		result <- err
+	}()
+	eventually(t, 10*time.Second, "the redelivery, left to the running handler", func() bool {
+		return recv.Stats().Outcomes[agentkit.OutcomeDuplicate] == 1
+	})
+	close(release)
+	if err := <-result; !agentkit.IsRemote(err) || !strings.Contains(err.Error(), "giving up after 2 attempts") {
+		t.Fatalf("Request error = %v, want the receiver giving up after 2 attempts", err)
 	}
 }
 
 // Without InProgress a message not acked within the ack wait would be
-// redelivered; with it, a 2.5s handler under a 1s ack wait is delivered once.
+// redelivered; with it, a 5s handler under a 2s ack wait (margins for a
+// loaded machine under -race) is delivered once.
 func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
@@ -183,14 +217,14 @@ func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
 	var rec recorder
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		rec.handle(nil)(ctx, msg)
-		time.Sleep(2500 * time.Millisecond)
+		time.Sleep(5 * time.Second)
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(time.Second, time.Second, time.Second)))
+	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(2*time.Second, 2*time.Second, 2*time.Second)))
 	sender := m.agent("sender")
 	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "ack", func() bool { return len(adv.of(subjects.EventAck, 0)) == 1 })
+	eventually(t, 15*time.Second, "ack", func() bool { return len(adv.of(subjects.EventAck, 0)) == 1 })
 	if d := adv.of(subjects.EventAck, 0)[0].Deliveries; d != 1 || rec.count() != 1 {
 		t.Fatalf("acked on delivery %d after %d handler calls; want 1 and 1", d, rec.count())
 	}
