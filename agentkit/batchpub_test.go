@@ -235,18 +235,8 @@ func TestSendBatch_ReportsEachFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			envs[3] = tooBig
-			err = sender.SendBatch(ctx(t), envs)
-			var batchErr *agentkit.BatchError
-			if !errors.As(err, &batchErr) || !errors.Is(err, agentkit.ErrPublish) {
-				t.Fatalf("SendBatch = %v, want a *BatchError matching ErrPublish", err)
-			}
-			for i, err := range batchErr.Errs {
-				if (err != nil) != (i == 3) {
-					t.Errorf("item %d: error %v", i, err)
-				}
-			}
-			if !strings.Contains(batchErr.Errs[3].Error(), tooBig.MessageID) {
-				t.Errorf("item 3's error %q does not name its message", batchErr.Errs[3])
+			if failed := failedItems(t, sender, envs); !slices.Equal(failed, []int{3}) {
+				t.Errorf("items %v failed, want [3]", failed)
 			}
 			if fast, _, _ := wire.seen(t); fastBatch && fast != len(envs) {
 				t.Errorf("%d fast batch messages on the wire, want %d", fast, len(envs))
@@ -267,19 +257,9 @@ func TestSendBatch_StreamFullMidBatch(t *testing.T) {
 	m.createStream(func(c *jetstream.StreamConfig) { c.MaxMsgs, c.Discard = 5, jetstream.DiscardNew })
 	wire := m.watchBatches()
 	sender := m.agent("sender")
-	envs := requests(t, sender, 8, nil)
 	// The stream refuses with a retryable 503: retries end with the context.
-	sendCtx, cancel := context.WithTimeout(ctx(t), time.Second)
-	defer cancel()
-	err := sender.SendBatch(sendCtx, envs)
-	var batchErr *agentkit.BatchError
-	if !errors.As(err, &batchErr) {
-		t.Fatalf("SendBatch = %v, want a *BatchError", err)
-	}
-	for i, err := range batchErr.Errs {
-		if (err != nil) != (i >= 5) || (err != nil && !strings.Contains(err.Error(), envs[i].MessageID)) {
-			t.Errorf("item %d: error %v", i, err)
-		}
+	if failed := failedItems(t, sender, requests(t, sender, 8, nil)); !slices.Equal(failed, []int{5, 6, 7}) {
+		t.Errorf("items %v failed, want [5 6 7]", failed)
 	}
 	if _, acks, _ := wire.seen(t); !slices.Equal(acks, []int{5}) {
 		t.Errorf("batch acks %v, want [5]", acks)
@@ -298,7 +278,17 @@ func TestSendBatch_NoStream(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	sender := m.agent("sender")
-	envs := requests(t, sender, 4, nil)
+	if failed := failedItems(t, sender, requests(t, sender, 4, nil)); !slices.Equal(failed, []int{0, 1, 2, 3}) {
+		t.Errorf("items %v failed, want all 4", failed)
+	}
+}
+
+// failedItems sends envs with SendBatch under a 1s deadline (retryable
+// refusals are retried until then) and returns the items it reports
+// failed. The error must be a *BatchError matching ErrPublish, and each
+// failure must name its message.
+func failedItems(t *testing.T, sender *agentkit.Agent, envs []*agentkit.Envelope) []int {
+	t.Helper()
 	sendCtx, cancel := context.WithTimeout(ctx(t), time.Second)
 	defer cancel()
 	err := sender.SendBatch(sendCtx, envs)
@@ -306,9 +296,14 @@ func TestSendBatch_NoStream(t *testing.T) {
 	if !errors.As(err, &batchErr) || !errors.Is(err, agentkit.ErrPublish) {
 		t.Fatalf("SendBatch = %v, want a *BatchError matching ErrPublish", err)
 	}
+	var failed []int
 	for i, err := range batchErr.Errs {
-		if err == nil {
-			t.Errorf("item %d reported stored", i)
+		if err != nil {
+			failed = append(failed, i)
+			if !strings.Contains(err.Error(), envs[i].MessageID) {
+				t.Errorf("item %d's error %q does not name its message", i, err)
+			}
 		}
 	}
+	return failed
 }
