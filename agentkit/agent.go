@@ -627,8 +627,8 @@ func (a *Agent) heartbeatLoop() {
 
 // refreshPrefetch sets agent_prefetch from the sources' current sizes.
 func (a *Agent) refreshPrefetch() {
-	for p, n := range a.Stats().Prefetch {
-		a.metrics.prefetch.WithLabelValues(a.id, string(p)).Set(float64(n))
+	for i, src := range *a.sources.Load() {
+		a.metrics.prefetch.WithLabelValues(a.id, string(queueOrder[i])).Set(float64(src.prefetch()))
 	}
 }
 
