@@ -18,13 +18,10 @@ type Permissions struct {
 }
 
 // InboxPrefix returns the private reply-subject prefix of user name,
-// "_INBOX_<name>": the only subjects an agent may subscribe to are below
-// it. Connect with nats.CustomInboxPrefix(InboxPrefix(name)) (see
+// [subjects.InboxPrefix]: the only subjects an agent may subscribe to are
+// below it. Connect with nats.CustomInboxPrefix(InboxPrefix(name)) (see
 // [Credentials.Options]).
-func InboxPrefix(name string) string { return "_INBOX_" + name }
-
-// jsAPI is the JetStream API subject prefix.
-const jsAPI = "$JS.API"
+func InboxPrefix(name string) string { return subjects.InboxPrefix(name) }
 
 // agentPermissions returns the permissions of agent id: publish only as
 // itself, consume, ack and inspect only its own five durable consumers,
@@ -43,10 +40,10 @@ func agentPermissions(s subjects.Scheme, id string, o Options) *Permissions {
 	for _, prio := range subjects.Priorities {
 		c, _ := s.Consumer(id, prio)
 		p.Publish = append(p.Publish,
-			jsAPI+".CONSUMER.MSG.NEXT."+stream+"."+c,
-			jsAPI+".CONSUMER.INFO."+stream+"."+c,
+			subjects.API("CONSUMER", "MSG", "NEXT", stream, c),
+			subjects.API("CONSUMER", "INFO", stream, c),
 		)
-		p.Publish = append(p.Publish, ackSubjects(stream, c)...)
+		p.Publish = append(p.Publish, subjects.AckFilters(stream, c)...)
 	}
 	if o.Registration {
 		p.Publish = append(p.Publish, registryAgentRights(s, id)...)
@@ -58,55 +55,38 @@ func agentPermissions(s subjects.Scheme, id string, o Options) *Permissions {
 	return p
 }
 
-// ackSubjects are the ack (and nak, term, in-progress) subjects of
-// consumer on stream, in both formats the server uses: v1
-// "$JS.ACK.<stream>.<consumer>.<5 numbers>" (the default) and v2
-// "$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<5 numbers>..."
-// (feature flag js_ack_fc_v2). The v2 pattern cannot match another
-// consumer's v1 subject: its fifth token would be a number, not the stream.
-func ackSubjects(stream, consumer string) []string {
-	return []string{
-		"$JS.ACK." + stream + "." + consumer + ".>",
-		"$JS.ACK.*.*." + stream + "." + consumer + ".>",
-	}
-}
-
 // registryAgentRights are the registry rights of agent id: write its own
 // instance keys, mark any agent's health, read (watch) the whole bucket.
 func registryAgentRights(s subjects.Scheme, id string) []string {
 	b := s.RegistryBucket()
-	kvStream := "KV_" + b
+	kvStream := subjects.KVStream(b)
 	instances, _ := subjects.InstancesFilter(id) // id validated by the caller
 	health, _ := subjects.MarksFilter(subjects.KeyHealth)
 	unavailable, _ := subjects.MarksFilter(subjects.KeyUnavailable)
-	return []string{
-		subjects.KVSubject(b, instances),              // its instances' records (put with Nats-TTL, delete)
-		subjects.KVSubject(b, health),                 // degraded marks about the agents it sends to
-		subjects.KVSubject(b, unavailable),            // unavailable marks (repeated timeouts), likewise
-		jsAPI + ".STREAM.INFO." + kvStream,            // js.KeyValue
-		jsAPI + ".CONSUMER.CREATE." + kvStream + ".>", // the watch's ordered consumer
-		jsAPI + ".CONSUMER.DELETE." + kvStream + ".*", // removed when the watch stops
-		"$JS.FC." + kvStream + ".>",                   // flow control of the watch (v1)
-		"$JS.FC.*.*." + kvStream + ".>",               // (v2)
-	}
+	return append([]string{
+		subjects.KVSubject(b, instances),                  // its instances' records (put with Nats-TTL, delete)
+		subjects.KVSubject(b, health),                     // degraded marks about the agents it sends to
+		subjects.KVSubject(b, unavailable),                // unavailable marks (repeated timeouts), likewise
+		subjects.API("STREAM", "INFO", kvStream),          // js.KeyValue
+		subjects.API("CONSUMER", "CREATE", kvStream, ">"), // the watch's ordered consumer
+		subjects.API("CONSUMER", "DELETE", kvStream, "*"), // removed when the watch stops
+	}, subjects.FlowControlFilters(kvStream)...) // the watch's flow control
 }
 
 // payloadRights are the object store rights of agentkit's claim check:
 // store and read any large envelope of the mesh.
 func payloadRights(s subjects.Scheme) []string {
 	b := s.PayloadsBucket()
-	objStream := "OBJ_" + b
-	return []string{
-		"$O." + b + ".>",
-		jsAPI + ".STREAM.INFO." + objStream,
-		jsAPI + ".CONSUMER.CREATE." + objStream + ".>",
-		jsAPI + ".CONSUMER.DELETE." + objStream + ".*",
-		jsAPI + ".DIRECT.GET." + objStream + ".>",
-		jsAPI + ".STREAM.MSG.GET." + objStream,
-		jsAPI + ".STREAM.PURGE." + objStream, // Delete purges the object's chunks: any filter, or none, is allowed
-		"$JS.FC." + objStream + ".>",
-		"$JS.FC.*.*." + objStream + ".>",
-	}
+	objStream := subjects.ObjectStream(b)
+	return append([]string{
+		subjects.ObjectFilter(b),
+		subjects.API("STREAM", "INFO", objStream),
+		subjects.API("CONSUMER", "CREATE", objStream, ">"),
+		subjects.API("CONSUMER", "DELETE", objStream, "*"),
+		subjects.API("DIRECT", "GET", objStream, ">"),
+		subjects.API("STREAM", "MSG", "GET", objStream),
+		subjects.API("STREAM", "PURGE", objStream), // Delete purges the object's chunks: any filter, or none, is allowed
+	}, subjects.FlowControlFilters(objStream)...)
 }
 
 // monitorPermissions returns the permissions of the ack monitor (user
@@ -125,36 +105,35 @@ func monitorPermissions(s subjects.Scheme, id string) *Permissions {
 		s.AlertFilter(),
 		hb,
 		s.MonitorWake(),
-		jsAPI+".INFO",
+		subjects.API("INFO"),
 		subjects.KVSubject(s.RegistryBucket(), ">"),
 	)
 	streams := []struct {
 		name           string
 		create, update bool
 	}{
-		{s.Stream(), true, false},                  // created if missing, never changed
-		{s.EventsStream(), true, true},             // the monitor's own streams
-		{s.DLQStream(), true, true},                //
-		{"KV_" + s.RegistryBucket(), false, false}, // read and written through the KV API
+		{s.Stream(), true, false},                             // created if missing, never changed
+		{s.EventsStream(), true, true},                        // the monitor's own streams
+		{s.DLQStream(), true, true},                           //
+		{subjects.KVStream(s.RegistryBucket()), false, false}, // read and written through the KV API
 	}
 	for _, st := range streams {
 		if st.create {
-			p.Publish = append(p.Publish, jsAPI+".STREAM.CREATE."+st.name)
+			p.Publish = append(p.Publish, subjects.API("STREAM", "CREATE", st.name))
 		}
 		if st.update {
-			p.Publish = append(p.Publish, jsAPI+".STREAM.UPDATE."+st.name)
+			p.Publish = append(p.Publish, subjects.API("STREAM", "UPDATE", st.name))
 		}
 		p.Publish = append(p.Publish,
-			jsAPI+".STREAM.INFO."+st.name,
-			jsAPI+".STREAM.MSG.GET."+st.name,
-			jsAPI+".DIRECT.GET."+st.name+".>",
-			jsAPI+".CONSUMER.*."+st.name,      // NAMES, LIST
-			jsAPI+".CONSUMER.*."+st.name+".>", // CREATE, INFO, DELETE, UNPIN, ...
-			jsAPI+".CONSUMER.MSG.NEXT."+st.name+".*",
-			"$JS.FC."+st.name+".>",
-			"$JS.FC.*.*."+st.name+".>",
+			subjects.API("STREAM", "INFO", st.name),
+			subjects.API("STREAM", "MSG", "GET", st.name),
+			subjects.API("DIRECT", "GET", st.name, ">"),
+			subjects.API("CONSUMER", "*", st.name),      // NAMES, LIST
+			subjects.API("CONSUMER", "*", st.name, ">"), // CREATE, INFO, DELETE, UNPIN, ...
+			subjects.API("CONSUMER", "MSG", "NEXT", st.name, "*"),
 		)
-		p.Publish = append(p.Publish, ackSubjects(st.name, "*")...)
+		p.Publish = append(p.Publish, subjects.FlowControlFilters(st.name)...)
+		p.Publish = append(p.Publish, subjects.AckFilters(st.name, "*")...)
 	}
 	p.Subscribe = append(slices.Clone(s.EventsSubjects()),
 		InboxPrefix(id)+".>",

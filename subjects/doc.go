@@ -39,4 +39,13 @@
 // restated here ([AckMetricPrefix], [MaxDeliveriesPrefix], [NakPrefix],
 // [TerminatedPrefix]) instead of importing the server; a test asserts they
 // equal the server's constants.
+//
+// # JetStream's own subjects
+//
+// The permissions of agentmesh's users grant JetStream API subjects
+// ([API]), ack and flow control subjects ([AckFilters],
+// [FlowControlFilters]), the streams behind KV and object store buckets
+// ([KVStream], [ObjectStream], [ObjectFilter]) and private inboxes
+// ([InboxPrefix]); they are spelled here too, and tests check them against
+// the server's templates and the streams nats.go creates.
 package subjects

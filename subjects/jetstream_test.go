@@ -1,0 +1,112 @@
+package subjects_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// TestAPI checks the JetStream API subjects built with API against the
+// server's own templates (server/jetstream_api.go).
+func TestAPI(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ got, want string }{
+		{subjects.APIPrefix, server.JSApiPrefix},
+		{subjects.API("INFO"), server.JSApiAccountInfo},
+		{subjects.API("STREAM", "CREATE", "S"), fmt.Sprintf(server.JSApiStreamCreateT, "S")},
+		{subjects.API("STREAM", "UPDATE", "S"), fmt.Sprintf(server.JSApiStreamUpdateT, "S")},
+		{subjects.API("STREAM", "INFO", "S"), fmt.Sprintf(server.JSApiStreamInfoT, "S")},
+		{subjects.API("STREAM", "PURGE", "S"), fmt.Sprintf(server.JSApiStreamPurgeT, "S")},
+		{subjects.API("STREAM", "MSG", "GET", "S"), fmt.Sprintf(server.JSApiMsgGetT, "S")},
+		{subjects.API("DIRECT", "GET", "S"), fmt.Sprintf(server.JSDirectMsgGetT, "S")},
+		{subjects.API("CONSUMER", "CREATE", "S", "C", "F"), fmt.Sprintf(server.JSApiConsumerCreateExT, "S", "C", "F")},
+		{subjects.API("CONSUMER", "INFO", "S", "C"), fmt.Sprintf(server.JSApiConsumerInfoT, "S", "C")},
+		{subjects.API("CONSUMER", "DELETE", "S", "C"), fmt.Sprintf(server.JSApiConsumerDeleteT, "S", "C")},
+		{subjects.API("CONSUMER", "MSG", "NEXT", "S", "C"), fmt.Sprintf(server.JSApiRequestNextT, "S", "C")},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, server says %q", tc.got, tc.want)
+		}
+	}
+}
+
+// TestAckAndFlowControlFilters checks the filters against subjects in
+// both formats the server writes (consumer.go: ackReplyT, fcPre), and
+// that they leave other consumers' and streams' subjects out.
+func TestAckAndFlowControlFilters(t *testing.T) {
+	t.Parallel()
+	matchesAny := func(subject string, filters []string) bool {
+		for _, f := range filters {
+			if server.SubjectMatchesFilter(subject, f) {
+				return true
+			}
+		}
+		return false
+	}
+	acks := subjects.AckFilters("MESH", "a1_high")
+	for _, tc := range []struct {
+		subject string
+		want    bool
+	}{
+		{"$JS.ACK.MESH.a1_high.1.42.7.1620086713306484000.0", true},              // v1
+		{"$JS.ACK.hub.ACCHASH.MESH.a1_high.1.42.7.1620086713306484000.0.x", true}, // v2
+		{"$JS.ACK.MESH.a1_low.1.42.7.1620086713306484000.0", false},
+		{"$JS.ACK.hub.ACCHASH.MESH.a2_high.1.42.7.1620086713306484000.0.x", false},
+		{"$JS.ACK.OTHER.a1_high.1.42.7.1620086713306484000.0", false},
+	} {
+		if got := matchesAny(tc.subject, acks); got != tc.want {
+			t.Errorf("AckFilters %q match %s: %v, want %v", acks, tc.subject, got, tc.want)
+		}
+	}
+	if any := subjects.AckFilters("MESH", "*"); !matchesAny("$JS.ACK.MESH.a1_high.1.42.7.1620086713306484000.0", any) {
+		t.Errorf("AckFilters %q miss a consumer of MESH", any)
+	}
+	fc := subjects.FlowControlFilters("KV_b")
+	for _, tc := range []struct {
+		subject string
+		want    bool
+	}{
+		{"$JS.FC.KV_b.cons.1", true},
+		{"$JS.FC.hub.ACCHASH.KV_b.cons.1", true},
+		{"$JS.FC.KV_c.cons.1", false},
+	} {
+		if got := matchesAny(tc.subject, fc); got != tc.want {
+			t.Errorf("FlowControlFilters %q match %s: %v, want %v", fc, tc.subject, got, tc.want)
+		}
+	}
+}
+
+// TestBucketStreams checks KVStream, ObjectStream and ObjectFilter against
+// the streams nats.go creates for a KV bucket and an object store.
+func TestBucketStreams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	js, err := jetstream.New(natstest.Connect(t, natstest.RunServer(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "kvb"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(ctx, subjects.KVStream("kvb")); err != nil {
+		t.Errorf("KVStream(kvb) = %s: %v", subjects.KVStream("kvb"), err)
+	}
+	if _, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "objb"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, subjects.ObjectStream("objb"))
+	if err != nil {
+		t.Fatalf("ObjectStream(objb) = %s: %v", subjects.ObjectStream("objb"), err)
+	}
+	for _, s := range st.CachedInfo().Config.Subjects {
+		if !server.SubjectMatchesFilter(s, subjects.ObjectFilter("objb")) {
+			t.Errorf("the object store's subjects %s are not under ObjectFilter %s", s, subjects.ObjectFilter("objb"))
+		}
+	}
+}
