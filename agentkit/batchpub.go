@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // SendBatch stores a batch with JetStream's fast batch publish (NATS 2.14+,
@@ -21,27 +22,20 @@ import (
 // ack and its decoding: SendBatch's CPU per message fell by an eighth
 // (BenchmarkThroughput, 34.7 to 30.4 µs). nats.go 1.55 has no client for it
 // (orbit.go's jetstreamext has one; its module is not available through
-// our module proxy), so fastBatch speaks the server's protocol: the reply
-// subject <inbox>.<flow>.<gap>.<batch seq>.<op>.$FI, where the inbox's last
-// token is the batch id, carries the batch's state.
+// our module proxy), so fastBatch speaks the server's protocol: each
+// message's reply subject (subjects.AppendFastBatchReply) carries the
+// batch's id, the message's place in it and the operation.
 //
 // fastBatch is only a faster way to the same result. Whatever it does not
 // confirm, SendBatch publishes again one message at a time, under the same
 // message ids, so a message the stream stored anyway is deduplicated, and
 // each failure is reported for its own message.
 
-// Fast batch operations: the <op> token of the reply subject.
-const (
-	fastBatchStart  = "0"
-	fastBatchAppend = "1"
-	fastBatchCommit = "2"
-)
-
 const (
 	// fastBatchFlow is the most messages the server may let pass between
 	// two flow-control acks, its own ceiling: fastBatch needs none, only
 	// the commit's ack.
-	fastBatchFlow = "500"
+	fastBatchFlow = 500
 	// maxFastBatch bounds one fast batch in messages and bytes, so a batch
 	// never floods the stream's ingest queue (100,000 messages and 128 MiB
 	// by default, shared by every publisher); longer ones go in turn.
@@ -137,15 +131,14 @@ func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (int, error) {
 	defer sub.Unsubscribe()
 	reply := make([]byte, 0, len(inbox)+48)
 	for i, m := range msgs {
-		op := fastBatchAppend
+		op := subjects.FastBatchAppend
 		switch {
 		case i == len(msgs)-1:
-			op = fastBatchCommit
+			op = subjects.FastBatchCommit
 		case i == 0:
-			op = fastBatchStart
+			op = subjects.FastBatchStart
 		}
-		reply = append(append(reply[:0], inbox...), "."+fastBatchFlow+".fail."...)
-		reply = append(append(strconv.AppendInt(reply, int64(i+1), 10), '.'), op+".$FI"...)
+		reply = subjects.AppendFastBatchReply(reply[:0], inbox, fastBatchFlow, i+1, op)
 		m.Reply = string(reply)
 		if err := a.nc.PublishMsg(m.Msg); err != nil {
 			return 0, err

@@ -46,6 +46,8 @@
 // ([API]), ack and flow control subjects ([AckFilters],
 // [FlowControlFilters]), the streams behind KV and object store buckets
 // ([KVStream], [ObjectStream], [ObjectFilter]) and private inboxes
-// ([InboxPrefix]); they are spelled here too, and tests check them against
-// the server's templates and the streams nats.go creates.
+// ([InboxPrefix]), and agentkit's SendBatch writes fast batch publish reply
+// subjects ([AppendFastBatchReply]); they are spelled here too, and tests
+// check them against the server's constants and the streams nats.go
+// creates.
 package subjects

@@ -1,6 +1,9 @@
 package subjects
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // JetStream's own subject prefixes, restated from the server
 // (server/jetstream_api.go) for the permissions that grant them; a test
@@ -60,3 +63,28 @@ func ObjectFilter(bucket string) string { return "$O." + bucket + ".>" }
 // for nats.CustomInboxPrefix: permissions can then grant each user its own
 // replies and no one else's.
 func InboxPrefix(user string) string { return "_INBOX_" + user }
+
+// FastBatchOp is the operation token of a fast batch publish's reply
+// subject ([AppendFastBatchReply]).
+type FastBatchOp byte
+
+// The fast batch operations.
+const (
+	FastBatchStart  FastBatchOp = '0' // the batch's first message
+	FastBatchAppend FastBatchOp = '1' // a message in between
+	FastBatchCommit FastBatchOp = '2' // the last message: the stream acks the batch
+)
+
+// AppendFastBatchReply appends to b the reply subject of message seq
+// (from 1) of a JetStream fast batch publish (NATS 2.14+):
+// "<inbox>.<flow>.fail.<seq>.<op>.$FI". The inbox's last token is the
+// batch id and its subscription receives the batch's acks; flow is how
+// many messages the server may take between two flow-control acks; "fail"
+// is the gap mode, which ends the batch at a lost message. It appends, so
+// a sender can reuse one buffer for a whole batch.
+func AppendFastBatchReply(b []byte, inbox string, flow, seq int, op FastBatchOp) []byte {
+	b = append(append(b, inbox...), '.')
+	b = append(strconv.AppendInt(b, int64(flow), 10), ".fail."...)
+	b = append(strconv.AppendInt(b, int64(seq), 10), '.', byte(op))
+	return append(b, ".$FI"...)
+}

@@ -110,3 +110,27 @@ func TestBucketStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendFastBatchReply checks the reply subject's tokens against the
+// server's constants for the protocol (server/stream.go getFastBatch).
+func TestAppendFastBatchReply(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		op   subjects.FastBatchOp
+		want int
+	}{
+		{subjects.FastBatchStart, server.FastBatchOpStart},
+		{subjects.FastBatchAppend, server.FastBatchOpAppend},
+		{subjects.FastBatchCommit, server.FastBatchOpCommit},
+	} {
+		if got := int(tc.op - '0'); got != tc.want {
+			t.Errorf("op %q is %d, server says %d", tc.op, got, tc.want)
+		}
+	}
+	buf := []byte("kept")
+	got := string(subjects.AppendFastBatchReply(buf, "_INBOX.abc", 500, 12, subjects.FastBatchCommit))
+	want := "kept_INBOX.abc.500." + server.FastBatchGapFail + ".12.2" + server.FastBatchSuffix
+	if got != want {
+		t.Errorf("AppendFastBatchReply = %q, want %q", got, want)
+	}
+}
