@@ -86,6 +86,7 @@ func (a *Agent) publishFast(ctx context.Context, msgs []outMsg) int {
 			stored, err = 0, fmt.Errorf("agentkit: fast batch ack counts %d of %d messages", stored, n)
 		}
 		done += stored
+		a.stats.fastBatched.Add(uint64(stored))
 		if err != nil || stored < n {
 			if errors.Is(err, errFastBatchUnsupported) && a.fast.off.CompareAndSwap(false, true) {
 				a.opts.logger.Info("stream takes no fast batches: SendBatch publishes one message at a time",

@@ -174,8 +174,8 @@ func TestSendBatch_FastBatch(t *testing.T) {
 	if n := m.storedMsgs(); n != 1200 {
 		t.Fatalf("stream holds %d messages, want 1200", n)
 	}
-	if n := sender.Stats().FastBatchFallbacks; n != 0 {
-		t.Errorf("%d messages fell back to one-by-one publishing, want none", n)
+	if st := sender.Stats(); st.FastBatched != 2400 || st.FastBatchFallbacks != 0 {
+		t.Errorf("%d messages stored in fast batches and %d fell back to one-by-one publishing, want 2,400 and none", st.FastBatched, st.FastBatchFallbacks)
 	}
 	handledOnce(t, rec, envs)
 }
@@ -206,8 +206,9 @@ func TestSendBatch_StreamWithoutFastBatch(t *testing.T) {
 	if fast, _, _ := wire.seen(t); fast != tried {
 		t.Fatalf("second batch sent %d fast batch messages, want none", fast-tried)
 	}
-	if n := sender.Stats().FastBatchFallbacks; n != uint64(len(first)) {
-		t.Errorf("%d messages fell back to one-by-one publishing, want the first batch's %d", n, len(first))
+	if st := sender.Stats(); st.FastBatched != 0 || st.FastBatchFallbacks != uint64(len(first)) {
+		t.Errorf("%d messages stored in fast batches and %d fell back to one-by-one publishing, want none and the first batch's %d",
+			st.FastBatched, st.FastBatchFallbacks, len(first))
 	}
 	if n := m.storedMsgs(); n != 20 {
 		t.Fatalf("stream holds %d messages, want 20", n)
@@ -264,8 +265,8 @@ func TestSendBatch_StreamFullMidBatch(t *testing.T) {
 	if _, acks, _ := wire.seen(t); !slices.Equal(acks, []int{5}) {
 		t.Errorf("batch acks %v, want [5]", acks)
 	}
-	if n := sender.Stats().FastBatchFallbacks; n != 3 {
-		t.Errorf("%d messages fell back to one-by-one publishing, want 3", n)
+	if st := sender.Stats(); st.FastBatched != 5 || st.FastBatchFallbacks != 3 {
+		t.Errorf("%d messages stored in fast batches and %d fell back to one-by-one publishing, want 5 and 3", st.FastBatched, st.FastBatchFallbacks)
 	}
 	if n := m.storedMsgs(); n != 5 {
 		t.Fatalf("stream holds %d messages, want 5", n)

@@ -43,6 +43,7 @@ type counters struct {
 	n              [13]atomic.Uint64      // indexed like Outcomes
 	prom           [13]prometheus.Counter // the same, exported when metrics are on
 	publishRetries atomic.Uint64
+	fastBatched    atomic.Uint64
 	fastFallbacks  atomic.Uint64
 }
 
@@ -64,6 +65,9 @@ type Stats struct {
 	Outcomes map[Outcome]uint64
 	// PublishRetries counts publish attempts that failed and were retried.
 	PublishRetries uint64
+	// FastBatched counts messages [Agent.SendBatch] stored with fast batch
+	// publish, one stream ack per batch.
+	FastBatched uint64
 	// FastBatchFallbacks counts messages [Agent.SendBatch] published one by
 	// one because a fast batch ended before the stream confirmed them
 	// (they are deduplicated if it stored them after all).
@@ -78,7 +82,7 @@ type Stats struct {
 // Stats returns a snapshot of the agent's counters.
 func (a *Agent) Stats() Stats {
 	s := Stats{Outcomes: make(map[Outcome]uint64, len(Outcomes)), PublishRetries: a.stats.publishRetries.Load(),
-		FastBatchFallbacks: a.stats.fastFallbacks.Load()}
+		FastBatched: a.stats.fastBatched.Load(), FastBatchFallbacks: a.stats.fastFallbacks.Load()}
 	for i, o := range Outcomes {
 		s.Outcomes[o] = a.stats.n[i].Load()
 	}

@@ -177,6 +177,7 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	}
 	payload := []byte(`{"data":"` + fmt.Sprintf("%0500d", 0) + `"}`)
 
+	var sent []*agentkit.Agent
 	var sendWG, halfSent sync.WaitGroup
 	resume := make(chan struct{}) // closed when the leader is shut down
 	sendErrs := make(chan error, senders)
@@ -186,6 +187,7 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer a.Stop()
+		sent = append(sent, a)
 		halfSent.Add(1)
 		sendWG.Go(func() {
 			envs := make([]*agentkit.Envelope, 0, batch)
@@ -276,12 +278,20 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	if info.State.Msgs != total {
 		t.Errorf("stream holds %d messages, want %d (none lost, none stored twice)", info.State.Msgs, total)
 	}
-	var retries uint64
-	for _, a := range recv {
-		retries += a.Stats().PublishRetries
+	var sendStats agentkit.Stats
+	for _, a := range sent {
+		st := a.Stats()
+		sendStats.PublishRetries += st.PublishRetries
+		sendStats.FastBatched += st.FastBatched
+		sendStats.FastBatchFallbacks += st.FastBatchFallbacks
 	}
 	t.Logf("handled %d distinct, %d duplicate handler calls, %d handled on a redelivery; %d background errors",
 		l.unique.Load(), l.dups.Load(), l.redeliveredSeen.Load(), asyncErrs.Load())
+	t.Logf("senders: %d messages stored in fast batches, %d fell back to one-by-one publishing, %d publish retries",
+		sendStats.FastBatched, sendStats.FastBatchFallbacks, sendStats.PublishRetries)
+	if sendStats.FastBatched == 0 {
+		t.Errorf("no message was stored with fast batch publish: the R3 stream should take them")
+	}
 	if d := l.dups.Load(); d != 0 {
 		l.mu.Lock()
 		var ex []string
