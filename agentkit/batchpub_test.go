@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -156,7 +157,8 @@ func TestSendBatch_FastBatch(t *testing.T) {
 	rec := &recorder{}
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
 	wire := m.watchBatches()
-	sender := m.agent("sender")
+	reg := prometheus.NewRegistry()
+	sender := m.agent("sender", agentkit.WithMetrics(reg))
 	envs := requests(t, sender, 1200, map[string]int{"n": 1})
 	if err := sender.SendBatch(ctx(t), envs); err != nil {
 		t.Fatal(err)
@@ -177,6 +179,7 @@ func TestSendBatch_FastBatch(t *testing.T) {
 	if st := sender.Stats(); st.FastBatched != 2400 || st.FastBatchFallbacks != 0 {
 		t.Errorf("%d messages stored in fast batches and %d fell back to one-by-one publishing, want 2,400 and none", st.FastBatched, st.FastBatchFallbacks)
 	}
+	checkBatchMetric(t, reg, 2400, 0)
 	handledOnce(t, rec, envs)
 }
 
@@ -190,7 +193,8 @@ func TestSendBatch_StreamWithoutFastBatch(t *testing.T) {
 	rec := &recorder{}
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
 	wire := m.watchBatches()
-	sender := m.agent("sender")
+	reg := prometheus.NewRegistry()
+	sender := m.agent("sender", agentkit.WithMetrics(reg))
 	first := requests(t, sender, 10, nil)
 	if err := sender.SendBatch(ctx(t), first); err != nil {
 		t.Fatal(err)
@@ -210,6 +214,7 @@ func TestSendBatch_StreamWithoutFastBatch(t *testing.T) {
 		t.Errorf("%d messages stored in fast batches and %d fell back to one-by-one publishing, want none and the first batch's %d",
 			st.FastBatched, st.FastBatchFallbacks, len(first))
 	}
+	checkBatchMetric(t, reg, 0, 20)
 	if n := m.storedMsgs(); n != 20 {
 		t.Fatalf("stream holds %d messages, want 20", n)
 	}
@@ -257,7 +262,8 @@ func TestSendBatch_StreamFullMidBatch(t *testing.T) {
 	m := newMesh(t)
 	m.createStream(func(c *jetstream.StreamConfig) { c.MaxMsgs, c.Discard = 5, jetstream.DiscardNew })
 	wire := m.watchBatches()
-	sender := m.agent("sender")
+	reg := prometheus.NewRegistry()
+	sender := m.agent("sender", agentkit.WithMetrics(reg))
 	// The stream refuses with a retryable 503: retries end with the context.
 	if failed := failedItems(t, sender, requests(t, sender, 8, nil)); !slices.Equal(failed, []int{5, 6, 7}) {
 		t.Errorf("items %v failed, want [5 6 7]", failed)
@@ -268,6 +274,7 @@ func TestSendBatch_StreamFullMidBatch(t *testing.T) {
 	if st := sender.Stats(); st.FastBatched != 5 || st.FastBatchFallbacks != 3 {
 		t.Errorf("%d messages stored in fast batches and %d fell back to one-by-one publishing, want 5 and 3", st.FastBatched, st.FastBatchFallbacks)
 	}
+	checkBatchMetric(t, reg, 5, 0) // the three that failed are not stored
 	if n := m.storedMsgs(); n != 5 {
 		t.Fatalf("stream holds %d messages, want 5", n)
 	}
@@ -307,4 +314,30 @@ func failedItems(t *testing.T, sender *agentkit.Agent, envs []*agentkit.Envelope
 		}
 	}
 	return failed
+}
+
+// checkBatchMetric checks agent_batch_messages_total of the sender
+// registered on reg: fast and single messages stored.
+func checkBatchMetric(t *testing.T, reg *prometheus.Registry, fast, single float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "agent_batch_messages_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "publish" {
+					got[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got["fast"] != fast || got["single"] != single {
+		t.Errorf("agent_batch_messages_total: fast %v, single %v; want %v and %v", got["fast"], got["single"], fast, single)
+	}
 }

@@ -20,6 +20,7 @@ type metrics struct {
 	prefetch *prometheus.GaugeVec     // agent_prefetch{agent_id,priority}
 	breaker  *prometheus.GaugeVec     // agent_breaker_state{source,dest}
 	outcomes *prometheus.CounterVec   // agent_outcomes_total{agent_id,outcome}
+	batched  *prometheus.CounterVec   // agent_batch_messages_total{source,publish}
 }
 
 // newMetrics registers the collectors on reg. Agents of one process may
@@ -43,6 +44,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Circuit to a destination: 0 closed, 1 half-open, 2 open."}, []string{"source", "dest"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agent_outcomes_total",
 			Help: "Received messages by what happened to them (ack, nak, term, invalid, expired, reply, late_reply, ...)."}, []string{"agent_id", "outcome"}),
+		batched: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agent_batch_messages_total",
+			Help: "Messages SendBatch stored, by how: fast (a fast batch publish, one stream ack per batch) or single (one publish and ack each: a stream without allow_batched, a fast batch that ended early, a batch of one)."},
+			[]string{"source", "publish"}),
 	}
 	var err error
 	if m.messages, err = register(reg, m.messages); err != nil {
@@ -64,6 +68,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.outcomes, err = register(reg, m.outcomes); err != nil {
+		return nil, err
+	}
+	if m.batched, err = register(reg, m.batched); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -105,6 +112,15 @@ func (a *Agent) countSent(e *Envelope) {
 		dest = "*"
 	}
 	a.metrics.messages.WithLabelValues(a.id, dest, string(e.MessageType)).Inc()
+}
+
+// countBatched counts the messages of one SendBatch the stream stored,
+// fast of them with fast batch publish.
+func (a *Agent) countBatched(fast, single int) {
+	if a.metrics != nil {
+		a.metrics.batched.WithLabelValues(a.id, "fast").Add(float64(fast))
+		a.metrics.batched.WithLabelValues(a.id, "single").Add(float64(single))
+	}
 }
 
 func (a *Agent) countError(kind string) {

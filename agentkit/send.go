@@ -390,7 +390,8 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	defer cancel()
 	errs := make([]error, len(envs))
 	todo := make([]int, 0, len(envs))
-	for i := a.publishFast(ctx, msgs); i < len(envs); i++ {
+	fast := a.publishFast(ctx, msgs)
+	for i := fast; i < len(envs); i++ {
 		todo = append(todo, i)
 	}
 	futures := make([]jetstream.PubAckFuture, len(envs))
@@ -426,18 +427,19 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 		a.stats.publishRetries.Add(uint64(len(retry)))
 		todo = retry
 	}
-	failed := false
+	failed := 0
 	for i, err := range errs {
 		if err != nil {
 			errs[i] = fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, envs[i].MessageType, envs[i].MessageID, msgs[i].Subject, err)
 			a.countError("publish")
-			failed = true
+			failed++
 			continue
 		}
 		msgs[i].stored()
 		a.countSent(envs[i])
 	}
-	if failed {
+	a.countBatched(fast, len(envs)-fast-failed)
+	if failed > 0 {
 		return &BatchError{Errs: errs}
 	}
 	return nil
