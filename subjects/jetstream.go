@@ -6,8 +6,10 @@ import (
 )
 
 // JetStream's own subject prefixes, restated from the server
-// (server/jetstream_api.go) for the permissions that grant them; a test
-// asserts they equal the server's.
+// (server/jetstream_api.go) for the permissions that grant them. TestAPI
+// checks the API subjects against the server's templates; the ack and flow
+// control prefixes, which the server does not export, are checked against
+// subjects in its formats.
 const (
 	// APIPrefix prefixes every JetStream API subject.
 	APIPrefix = "$JS.API"
