@@ -164,6 +164,11 @@ func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (int, error) {
 // fastBatchResult reads one message on a fast batch's reply subject: the
 // number of messages the batch stored, or -1 for a flow-control message.
 func fastBatchResult(m *nats.Msg, batchID string) (int, error) {
+	if status := m.Header.Get("Status"); status == "503" {
+		return 0, fmt.Errorf("agentkit: fast batch: %w", nats.ErrNoResponders) // no stream, or no leader yet
+	} else if status != "" {
+		return 0, fmt.Errorf("agentkit: fast batch: reply status %s %s", status, m.Header.Get("Description"))
+	}
 	var r fastBatchReply
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return 0, fmt.Errorf("agentkit: fast batch reply %q: %w", m.Data, err)
