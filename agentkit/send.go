@@ -479,21 +479,31 @@ func (a *Agent) denied(subject string) error {
 }
 
 // retryablePublish reports whether a failed publish may succeed if repeated:
-// timeouts, missing responders and a temporarily unavailable JetStream, but
-// not a closed connection, an oversize message or a stream's refusal.
+// timeouts, missing responders, a temporarily unavailable JetStream and a
+// message id still in process, but not a closed connection, an oversize
+// message or a stream's refusal.
 func retryablePublish(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, ErrPermissionDenied):
 		return false
 	case errors.As(err, &apiErr):
-		return apiErr.Code == 503
+		return apiErr.Code == 503 || apiErr.ErrorCode == jsDuplicateInProcess
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrMaxPayload),
 		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrInvalidMsg):
 		return false
 	}
 	return true
 }
+
+// jsDuplicateInProcess is the server's error (409) for a message whose id
+// an earlier publish holds in process on a clustered stream, not yet
+// stored (JSStreamDuplicateMessageConflict): a retry of a publish that
+// timed out, or SendBatch republishing what a fast batch interrupted by a
+// leader change did not confirm. Repeated, the publish finds the first one
+// stored and is acked as its duplicate, or stores the message if the first
+// one failed.
+const jsDuplicateInProcess = 10158
 
 func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
