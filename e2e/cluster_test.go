@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,24 @@ func (l *ledger) record(m *agentkit.Message) {
 	if m.Delivery > 1 {
 		l.redeliveredSeen.Add(1)
 	}
+}
+
+// waitSettled waits until the agents' normal-priority consumers have
+// nothing pending or unacknowledged, so nothing is left to redeliver.
+func waitSettled(t *testing.T, ctx context.Context, agents ...*agentkit.Agent) {
+	t.Helper()
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		for _, a := range agents {
+			info, err := a.ConsumerInfo(ctx, agentkit.PriorityNormal)
+			if err != nil {
+				return err
+			}
+			if info.NumAckPending != 0 || info.NumPending != 0 {
+				return fmt.Errorf("%s: %d ack pending, %d pending", a.ID(), info.NumAckPending, info.NumPending)
+			}
+		}
+		return nil
+	})
 }
 
 // TestCluster_LeaderFailoverUnderLoad sends 20,000 messages from 4
@@ -253,18 +272,7 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 		return nil
 	})
 	// Nothing may be left to redeliver before duplicates are counted.
-	natstest.WaitFor(t, 60*time.Second, func() error {
-		for _, a := range recv {
-			info, err := a.ConsumerInfo(ctx, agentkit.PriorityNormal)
-			if err != nil {
-				return err
-			}
-			if info.NumAckPending != 0 || info.NumPending != 0 {
-				return fmt.Errorf("%s: %d ack pending, %d pending", a.ID(), info.NumAckPending, info.NumPending)
-			}
-		}
-		return nil
-	})
+	waitSettled(t, ctx, recv...)
 	c.WaitStreamCurrent(t, js, scheme.Stream(), 60*time.Second)
 
 	st, err := js.Stream(ctx, scheme.Stream())
@@ -303,5 +311,110 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 		l.mu.Unlock()
 		t.Errorf("%d handler calls saw a message id already handled (at-least-once redelivery after the failover; %d handled on a redelivery); e.g. %v",
 			d, l.redeliveredSeen.Load(), ex)
+	}
+}
+
+// TestCluster_FastBatchAcrossLeaderChanges sends batches of 1,000 with
+// SendBatch while the MESH stream's leader steps down every 250ms, so
+// leadership changes in the middle of fast batches: the batches they
+// interrupt fall back to one-by-one publishing under the same message ids,
+// and every message is stored once and handled once.
+func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the leader-change test in -short mode (CI runs it without -short)")
+	}
+	const (
+		batch        = 1000
+		minBatches   = 10
+		maxBatches   = 40
+		maxStepDowns = 6
+	)
+	c := natstest.RunCluster(t, 3)
+	admin := c.Connect(t)
+	js, _ := jetstream.New(admin)
+	scheme, _ := subjects.New("stepdown")
+	ensureStream(t, js, scheme)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
+		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
+	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
+		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
+	l := &ledger{seen: make(map[string]int, maxBatches*batch)}
+	recv, err := agentkit.New(c.Connect(t), "worker", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
+	natstest.WaitFor(t, 20*time.Second, func() error { return recv.Start(ctx) })
+	defer recv.Stop()
+	sender, err := agentkit.New(c.Connect(t), "sender", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Stop()
+
+	// Step the leader down every 250ms while the sender sends, at most
+	// maxStepDowns times.
+	stepping, stopStepping := context.WithCancel(ctx)
+	defer stopStepping()
+	stepDowns := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { stepDowns <- n }()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for n < maxStepDowns {
+			select {
+			case <-stepping.Done():
+				return
+			case <-tick.C:
+			}
+			var resp struct{ Success bool }
+			reply, err := admin.Request(subjects.API("STREAM", "LEADER", "STEPDOWN", scheme.Stream()), nil, time.Second)
+			if err == nil && json.Unmarshal(reply.Data, &resp) == nil && resp.Success {
+				n++
+			}
+		}
+	}()
+	payload := []byte(`{"data":"` + fmt.Sprintf("%02000d", 0) + `"}`)
+	sent := 0
+	for sent < minBatches*batch || (sender.Stats().FastBatchFallbacks == 0 && sent < maxBatches*batch) {
+		envs := make([]*agentkit.Envelope, batch)
+		for i := range envs {
+			if envs[i], err = sender.NewRequest(ctx, "worker", "work", payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sender.SendBatch(ctx, envs); err != nil {
+			t.Fatalf("after %d messages: %v", sent, err)
+		}
+		sent += batch
+	}
+	stopStepping()
+	st := sender.Stats()
+	t.Logf("sent %d messages across %d leader step-downs: %d in fast batches, %d fell back to one-by-one publishing, %d publish retries",
+		sent, <-stepDowns, st.FastBatched, st.FastBatchFallbacks, st.PublishRetries)
+	if st.FastBatchFallbacks == 0 {
+		t.Fatalf("no fast batch was interrupted in %d batches", sent/batch)
+	}
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		if n := l.unique.Load(); n < int64(sent) {
+			return fmt.Errorf("%d of %d distinct messages handled", n, sent)
+		}
+		return nil
+	})
+	waitSettled(t, ctx, recv)
+	stream, err := js.Stream(ctx, scheme.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(sent) || l.dups.Load() != 0 {
+		t.Errorf("stream holds %d messages (want %d) and %d handler calls saw a message id again (want none)",
+			info.State.Msgs, sent, l.dups.Load())
 	}
 }
