@@ -6,6 +6,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -416,5 +417,92 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 	if info.State.Msgs != uint64(sent) || l.dups.Load() != 0 {
 		t.Errorf("stream holds %d messages (want %d) and %d handler calls saw a message id again (want none)",
 			info.State.Msgs, sent, l.dups.Load())
+	}
+}
+
+// TestCluster_ConsumerLeaderChanges moves the leader of a receiver's
+// consumer five times while it works through 20,000 messages: every
+// message is handled once (redeliveries of messages already handled are
+// absorbed), and the receiver keeps consuming after each change.
+func TestCluster_ConsumerLeaderChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the consumer leader-change test in -short mode (CI runs it without -short)")
+	}
+	const (
+		total        = 20000
+		maxStepDowns = 5
+	)
+	c := natstest.RunCluster(t, 3)
+	admin := c.Connect(t)
+	js, _ := jetstream.New(admin)
+	scheme, _ := subjects.New("consumerstep")
+	ensureStream(t, js, scheme)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
+		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
+	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
+		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
+	sender, err := agentkit.New(c.Connect(t), "sender", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Stop()
+	for range total / 1000 {
+		envs := make([]*agentkit.Envelope, 1000)
+		for i := range envs {
+			if envs[i], err = sender.NewRequest(ctx, "worker", "work", map[string]int{"n": i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sender.SendBatch(ctx, envs); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	l := &ledger{seen: make(map[string]int, total)}
+	var missedHeartbeats atomic.Int64
+	recv, err := agentkit.New(c.Connect(t), "worker", append(opts, agentkit.WithErrorHandler(func(err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			missedHeartbeats.Add(1)
+		} else {
+			t.Errorf("receiver: %v", err)
+		}
+	}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
+	consumer, _ := scheme.Consumer("worker", string(agentkit.PriorityNormal))
+	natstest.WaitFor(t, 20*time.Second, func() error { return recv.Start(ctx) })
+	defer recv.Stop()
+
+	// Step the consumer's leader down every 200ms while the receiver works.
+	var handledAtLast int64
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; n < maxStepDowns && l.unique.Load() < total; {
+		<-tick.C
+		var resp struct{ Success bool }
+		reply, err := admin.Request(subjects.API("CONSUMER", "LEADER", "STEPDOWN", scheme.Stream(), consumer), nil, time.Second)
+		if err == nil && json.Unmarshal(reply.Data, &resp) == nil && resp.Success {
+			n++
+			handledAtLast = l.unique.Load()
+		}
+	}
+	natstest.WaitFor(t, 120*time.Second, func() error {
+		if n := l.unique.Load(); n < total {
+			return fmt.Errorf("%d of %d distinct messages handled", n, total)
+		}
+		return nil
+	})
+	waitSettled(t, ctx, recv)
+	t.Logf("%d of %d handled at the last step-down; %d handled on a redelivery, %d redeliveries of handled messages absorbed, %d missed-heartbeat re-pulls",
+		handledAtLast, total, l.redeliveredSeen.Load(), recv.Stats().Outcomes[agentkit.OutcomeDuplicate], missedHeartbeats.Load())
+	if handledAtLast == total {
+		t.Errorf("the receiver handled everything before the last step-down: the test moved no leader under load")
+	}
+	if d := l.dups.Load(); d != 0 {
+		t.Errorf("%d handler calls saw a message id already handled", d)
 	}
 }
