@@ -54,7 +54,7 @@ func TestAckAndFlowControlFilters(t *testing.T) {
 		subject string
 		want    bool
 	}{
-		{"$JS.ACK.MESH.a1_high.1.42.7.1620086713306484000.0", true},              // v1
+		{"$JS.ACK.MESH.a1_high.1.42.7.1620086713306484000.0", true},               // v1
 		{"$JS.ACK.hub.ACCHASH.MESH.a1_high.1.42.7.1620086713306484000.0.x", true}, // v2
 		{"$JS.ACK.MESH.a1_low.1.42.7.1620086713306484000.0", false},
 		{"$JS.ACK.hub.ACCHASH.MESH.a2_high.1.42.7.1620086713306484000.0.x", false},
