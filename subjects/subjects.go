@@ -240,13 +240,17 @@ func (s Scheme) DLQStream() string { return s.stream + "_DLQ" }
 // stream's consumers — only those, so neither the monitor's own consumers
 // on the events stream nor other consumer advisories (created, pinned, ...)
 // feed into it — and the monitor's wake-up ([Scheme.MonitorWake]).
-func (s Scheme) EventsSubjects() []string {
+func (s Scheme) EventsSubjects() []string { return append(s.EventFilters(), s.MonitorWake()) }
+
+// EventFilters returns the filters of the message stream's consumer
+// events the ack monitor records: the NAK, TERM and MAX_DELIVERIES
+// advisories and the ack metric.
+func (s Scheme) EventFilters() []string {
 	return []string{
 		NakPrefix + "." + s.stream + ".*",
 		TerminatedPrefix + "." + s.stream + ".*",
 		MaxDeliveriesPrefix + "." + s.stream + ".*",
 		AckMetricPrefix + "." + s.stream + ".*",
-		s.MonitorWake(),
 	}
 }
 
