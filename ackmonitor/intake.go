@@ -38,27 +38,34 @@ var eventKinds = map[subjects.EventKind]store.EventKind{
 // parseEvent turns a MESH_EVENTS message into a ledger event; ok is false
 // for messages the ledger ignores.
 func (m *Monitor) parseEvent(msg jetstream.Msg) (store.Event, bool) {
-	ev, err := subjects.ParseEvent(msg.Subject())
+	e, ok := m.parseAdvisory(msg.Subject(), msg.Data())
+	if ok && e.ID == "" {
+		// The events stream sequence identifies the event as well.
+		if md, err := msg.Metadata(); err == nil {
+			e.ID = "events-seq-" + strconv.FormatUint(md.Sequence.Stream, 10)
+		}
+	}
+	return e, ok
+}
+
+// parseAdvisory turns a consumer event published on subject into a ledger
+// event; ok is false for events the ledger ignores. The event's id is the
+// advisory's, if it has one.
+func (m *Monitor) parseAdvisory(subject string, data []byte) (store.Event, bool) {
+	ev, err := subjects.ParseEvent(subject)
 	if err != nil || ev.Stream != m.cfg.Scheme.Stream() {
 		return store.Event{}, false
 	}
 	var a advisory
-	if err := json.Unmarshal(msg.Data(), &a); err != nil {
-		m.cfg.Logger.Warn("undecodable consumer event", "subject", msg.Subject(), "err", err)
+	if err := json.Unmarshal(data, &a); err != nil {
+		m.cfg.Logger.Warn("undecodable consumer event", "subject", subject, "err", err)
 		return store.Event{}, false
 	}
 	agent, prio, err := m.cfg.Scheme.ParseConsumer(ev.Consumer)
 	if err != nil {
 		return store.Event{}, false // not an agent consumer (e.g. the monitor's own)
 	}
-	id := a.ID
-	if id == "" {
-		// The events stream sequence identifies the event as well.
-		if md, err := msg.Metadata(); err == nil {
-			id = "events-seq-" + strconv.FormatUint(md.Sequence.Stream, 10)
-		}
-	}
-	return store.Event{ID: id, Kind: eventKinds[ev.Kind], Consumer: ev.Consumer, Receiver: agent, Priority: prio,
+	return store.Event{ID: a.ID, Kind: eventKinds[ev.Kind], Consumer: ev.Consumer, Receiver: agent, Priority: prio,
 		StreamSeq: a.StreamSeq, Deliveries: a.Deliveries, AckTime: time.Duration(a.AckTime), Reason: a.Reason,
 		At: a.Timestamp.UTC()}, true
 }
@@ -92,7 +99,9 @@ func (m *Monitor) eventsBatch(msgs []jetstream.Msg) (store.Batch, []string) {
 	kinds := make([]string, len(msgs))
 	for i, msg := range msgs {
 		if e, ok := m.parseEvent(msg); ok {
-			b.Events = append(b.Events, e)
+			if !m.direct.written(e.ID) {
+				b.Events = append(b.Events, e)
+			}
 			kinds[i] = string(e.Kind)
 		} else {
 			kinds[i] = "ignored"
@@ -167,24 +176,29 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 		}
 		m.applied.Add(uint64(len(msgs)))
 		m.metrics.batches.Inc()
-		m.metrics.observe(applied)
-		var newest time.Time
-		for _, e := range b.Events {
-			newest = maxTime(newest, e.At)
-		}
-		for _, s := range b.Sends {
-			newest = maxTime(newest, s.SentAt)
+		m.recorded(applied)
+		var newest time.Time // of the messages, also those whose events directIntake wrote
+		for _, msg := range msgs {
+			if md, err := msg.Metadata(); err == nil {
+				newest = maxTime(newest, md.Timestamp)
+			}
 		}
 		if !newest.IsZero() {
 			lag := time.Since(newest)
 			m.lastLag.Store(int64(lag))
 			m.metrics.lag.Set(lag.Seconds())
 		}
-		for _, r := range applied.Resolved {
-			if r.Status == store.StatusTimeout || r.Status == store.StatusNACK {
-				m.wake()
-				break
-			}
+	}
+}
+
+// recorded counts what a committed batch changed and wakes the follow-up
+// loop when a row reached TIMEOUT or NACK.
+func (m *Monitor) recorded(applied store.Applied) {
+	m.metrics.observe(applied)
+	for _, r := range applied.Resolved {
+		if r.Status == store.StatusTimeout || r.Status == store.StatusNACK {
+			m.wake()
+			return
 		}
 	}
 }

@@ -55,7 +55,7 @@ func newMetrics() *metrics {
 	m.pending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_consumer_pending",
 		Help: "Messages waiting for the monitor (pending + ack pending) per monitor consumer."}, []string{"consumer"})
 	m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ackmonitor_lag_seconds",
-		Help: "Age of the newest event in the last committed batch when it was committed."})
+		Help: "Age of the newest message (event or send) of the last batch committed from the events or message stream, when it was committed."})
 	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ackmonitor_active",
 		Help: "1 while this instance holds the pin of the events consumer (evaluates alerts, escalates)."})
 	m.alerts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_alert_active",

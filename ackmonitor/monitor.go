@@ -47,6 +47,8 @@ type Monitor struct {
 	ready      chan struct{}
 	kick       chan struct{} // wakes the follow-up loop
 	applied    atomic.Uint64 // stream messages committed to the ledger
+	direct     *directEvents // events directIntake wrote
+	activeAt   atomic.Int64  // UnixNano when refreshStatus last found this instance active
 	lastLag    atomic.Int64  // ns
 }
 
@@ -77,7 +79,7 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 		cfg.Directors = &RegistryDirectors{JS: js, Bucket: cfg.Scheme.RegistryBucket(), Default: cfg.DefaultDirector}
 	}
 	m := &Monitor{cfg: cfg, nc: nc, js: js, sender: sender, metrics: newMetrics(), ready: make(chan struct{}),
-		kick: make(chan struct{}, 1), started: time.Now()}
+		kick: make(chan struct{}, 1), started: time.Now(), direct: newDirectEvents(directRemembered)}
 	m.eventPin.Store("")
 	return m, nil
 }
@@ -118,6 +120,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.intake(ctx, m.events, m.eventsBatch) })
 	wg.Go(func() { m.intake(ctx, m.sends, m.sendsBatch) })
+	wg.Go(func() { m.directIntake(ctx) })
 	wg.Go(func() { m.statusLoop(ctx) })
 	wg.Go(func() { m.alertLoop(ctx) })
 	wg.Go(func() { m.followUpLoop(ctx) })
@@ -269,6 +272,9 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		active = false
 	case time.Since(m.pinnedAt) < 2*m.cfg.StatusInterval:
 		active = false
+	}
+	if active {
+		m.activeAt.Store(time.Now().UnixNano())
 	}
 	if was := m.active.Swap(active); was != active {
 		m.cfg.Logger.Info("ack monitor role changed", "id", m.cfg.MonitorID, "active", active)

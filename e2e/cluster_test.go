@@ -149,6 +149,26 @@ func waitSettled(t *testing.T, ctx context.Context, agents ...*agentkit.Agent) {
 	})
 }
 
+// stepDown asks the JetStream API (api: a stream or consumer leader
+// step-down subject) to move a leader, and says why it did not.
+func stepDown(nc *nats.Conn, api string) error {
+	reply, err := nc.Request(api, nil, time.Second)
+	if err != nil {
+		return err
+	}
+	var resp struct {
+		Success bool
+		Error   *jetstream.APIError
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return err
+	}
+	if !resp.Success {
+		return fmt.Errorf("step-down refused: %v", resp.Error)
+	}
+	return nil
+}
+
 // TestCluster_LeaderFailoverUnderLoad sends 20,000 messages from 4
 // senders to 4 receivers while the MESH stream leader is shut down and
 // later restarted: every message is stored once and handled, no message id
@@ -371,9 +391,7 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			var resp struct{ Success bool }
-			reply, err := admin.Request(subjects.API("STREAM", "LEADER", "STEPDOWN", scheme.Stream()), nil, time.Second)
-			if err == nil && json.Unmarshal(reply.Data, &resp) == nil && resp.Success {
+			if stepDown(admin, subjects.API("STREAM", "LEADER", "STEPDOWN", scheme.Stream())) == nil {
 				n++
 			}
 		}
@@ -483,9 +501,7 @@ func TestCluster_ConsumerLeaderChanges(t *testing.T) {
 	defer tick.Stop()
 	for n := 0; n < maxStepDowns && l.unique.Load() < total; {
 		<-tick.C
-		var resp struct{ Success bool }
-		reply, err := admin.Request(subjects.API("CONSUMER", "LEADER", "STEPDOWN", scheme.Stream(), consumer), nil, time.Second)
-		if err == nil && json.Unmarshal(reply.Data, &resp) == nil && resp.Success {
+		if stepDown(admin, subjects.API("CONSUMER", "LEADER", "STEPDOWN", scheme.Stream(), consumer)) == nil {
 			n++
 			handledAtLast = l.unique.Load()
 		}
@@ -505,4 +521,123 @@ func TestCluster_ConsumerLeaderChanges(t *testing.T) {
 	if d := l.dups.Load(); d != 0 {
 		t.Errorf("%d handler calls saw a message id already handled", d)
 	}
+}
+
+// TestCluster_MonitorAcrossEventsStreamLeaderChanges moves the leader of
+// the monitor's events stream five times while a receiver acks 5,000
+// messages, a batch of 500 sent before each step-down: an ack metric
+// published while the stream has no leader is not captured, and the
+// monitor's core NATS intake must record it, so every message ends ACK in
+// the ledger and none stays pending.
+func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the events stream leader-change test in -short mode (CI runs it without -short)")
+	}
+	const (
+		batch     = 500
+		stepDowns = 5
+		total     = 2 * stepDowns * batch
+	)
+	c := natstest.RunCluster(t, 3)
+	admin := c.Connect(t)
+	js, _ := jetstream.New(admin)
+	scheme, _ := subjects.New("eventstep")
+	ensureStream(t, js, scheme)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	st, err := store.OpenSQLite(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mon, err := ackmonitor.New(c.Connect(t), ackmonitor.Config{Store: st, Scheme: scheme, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	monCtx, monStop := context.WithCancel(ctx)
+	monDone := make(chan error, 1)
+	go func() { monDone <- mon.Run(monCtx) }()
+	defer func() {
+		monStop()
+		if err := <-monDone; err != nil {
+			t.Errorf("monitor: %v", err)
+		}
+	}()
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if !mon.Active() {
+			return errors.New("monitor not active")
+		}
+		return nil
+	})
+
+	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
+		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
+	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
+		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
+	sender, err := agentkit.New(c.Connect(t), "sender", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Stop()
+	send := func() {
+		envs := make([]*agentkit.Envelope, batch)
+		for i := range envs {
+			if envs[i], err = sender.NewRequest(ctx, "worker", "work", map[string]int{"n": i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sender.SendBatch(ctx, envs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range stepDowns {
+		send()
+	}
+	l := &ledger{seen: make(map[string]int, total)}
+	recv, err := agentkit.New(c.Connect(t), "worker", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
+	natstest.WaitFor(t, 20*time.Second, func() error { return recv.Start(ctx) })
+	defer recv.Stop()
+
+	// While the receiver acks, send a batch and step the events stream's
+	// leader down, five times.
+	var handledAtLast int64
+	for range stepDowns {
+		send()
+		natstest.WaitFor(t, 20*time.Second, func() error {
+			return stepDown(admin, subjects.API("STREAM", "LEADER", "STEPDOWN", scheme.EventsStream()))
+		})
+		handledAtLast = l.unique.Load()
+	}
+	if handledAtLast == total {
+		t.Fatalf("the receiver handled everything before the last step-down: the test moved no leader under load")
+	}
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		if n := l.unique.Load(); n < total {
+			return fmt.Errorf("%d of %d distinct messages handled", n, total)
+		}
+		return nil
+	})
+	waitSettled(t, ctx, recv)
+	var acked, pending int64
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		rates, err := st.Rates(ctx, time.Time{})
+		if err != nil {
+			return err
+		}
+		acked, pending = 0, 0
+		for _, r := range rates {
+			if r.Agent == "worker" {
+				acked, pending = acked+r.Acked, pending+r.Pending
+			}
+		}
+		if acked != total || pending != 0 {
+			return fmt.Errorf("ledger: %d ACK, %d pending; want %d and none", acked, pending, total)
+		}
+		return nil
+	})
+	t.Logf("%d of %d handled at the last step-down; ledger: %d ACK, %d pending", handledAtLast, total, acked, pending)
 }
