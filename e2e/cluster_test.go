@@ -1,6 +1,7 @@
 // Package e2e holds end-to-end tests across packages on embedded NATS
-// servers: the demo workflows and a stream-leader failover under load on a
-// 3-node JetStream cluster with R3 streams.
+// servers: the demo workflows, a stream-leader failover under load, and
+// leader step-downs of the message stream, a consumer and the monitor's
+// events stream under load, on a 3-node JetStream cluster with R3 streams.
 package e2e
 
 import (
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,27 +53,8 @@ func TestCluster_DemoWorkflows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	mon, err := ackmonitor.New(c.Connect(t), ackmonitor.Config{Store: st, Replicas: 3, DefaultDirector: demo.Director})
-	if err != nil {
-		t.Fatal(err)
-	}
-	monCtx, monStop := context.WithCancel(ctx)
-	monDone := make(chan error, 1)
-	go func() { monDone <- mon.Run(monCtx) }()
-	defer func() {
-		monStop()
-		if err := <-monDone; err != nil {
-			t.Errorf("monitor: %v", err)
-		}
-	}()
-	select {
-	case <-mon.Ready():
-	case err := <-monDone:
-		t.Fatalf("monitor: %v", err)
-	case <-ctx.Done():
-		t.Fatal("monitor not ready")
-	}
+	t.Cleanup(func() { st.Close() }) // after the monitor stops (cleanups run last in, first out)
+	runMonitor(t, ctx, c.Connect(t), ackmonitor.Config{Store: st, Replicas: 3, DefaultDirector: demo.Director})
 
 	m, err := demo.Start(ctx, demo.Config{
 		ExpectEscalation: true,
@@ -167,6 +150,33 @@ func stepDown(nc *nats.Conn, api string) error {
 		return fmt.Errorf("step-down refused: %v", resp.Error)
 	}
 	return nil
+}
+
+// runMonitor runs an ack monitor on nc until the test ends and returns it
+// once it is ready.
+func runMonitor(t *testing.T, ctx context.Context, nc *nats.Conn, cfg ackmonitor.Config) *ackmonitor.Monitor {
+	t.Helper()
+	mon, err := ackmonitor.New(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mon.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("monitor: %v", err)
+		}
+	})
+	select {
+	case <-mon.Ready():
+	case err := <-done:
+		t.Fatalf("monitor: %v", err)
+	case <-ctx.Done():
+		t.Fatal("monitor not ready")
+	}
+	return mon
 }
 
 // TestCluster_LeaderFailoverUnderLoad sends 20,000 messages from 4
@@ -335,45 +345,91 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	}
 }
 
+// leaderChanges is a 3-node cluster with an R3 message stream for the
+// leader-change tests, and the agent options they share: short ack
+// timeouts and enough attempts that a delivery lost in a change comes back
+// within the test, never exhausted.
+type leaderChanges struct {
+	c      *natstest.Cluster
+	admin  *nats.Conn
+	js     jetstream.JetStream
+	scheme subjects.Scheme
+	opts   []agentkit.Option
+}
+
+func newLeaderChanges(t *testing.T, prefix string) *leaderChanges {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping a leader-change test in -short mode (CI runs it without -short)")
+	}
+	r := &leaderChanges{c: natstest.RunCluster(t, 3)}
+	r.admin = r.c.Connect(t)
+	r.js, _ = jetstream.New(r.admin)
+	r.scheme, _ = subjects.New(prefix)
+	ensureStream(t, r.js, r.scheme)
+	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
+		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
+	r.opts = []agentkit.Option{agentkit.WithScheme(r.scheme), agentkit.WithReplicas(3),
+		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
+	return r
+}
+
+// agent returns agent id on a connection of its own, stopped when the test
+// ends.
+func (r *leaderChanges) agent(t *testing.T, id string, opts ...agentkit.Option) *agentkit.Agent {
+	t.Helper()
+	a, err := agentkit.New(r.c.Connect(t), id, append(slices.Clone(r.opts), opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// worker starts agent "worker", whose "work" handler records each message
+// in the returned ledger.
+func (r *leaderChanges) worker(t *testing.T, ctx context.Context, opts ...agentkit.Option) (*agentkit.Agent, *ledger) {
+	t.Helper()
+	l := &ledger{seen: map[string]int{}}
+	a := r.agent(t, "worker", opts...)
+	a.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
+	natstest.WaitFor(t, 20*time.Second, func() error { return a.Start(ctx) })
+	return a, l
+}
+
+// sendWork sends n "work" requests carrying payload to the worker with one
+// SendBatch.
+func sendWork(t *testing.T, ctx context.Context, sender *agentkit.Agent, n int, payload any) {
+	t.Helper()
+	envs := make([]*agentkit.Envelope, n)
+	for i := range envs {
+		var err error
+		if envs[i], err = sender.NewRequest(ctx, "worker", "work", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sender.SendBatch(ctx, envs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCluster_FastBatchAcrossLeaderChanges sends batches of 1,000 with
 // SendBatch while the MESH stream's leader steps down every 250ms, so
 // leadership changes in the middle of fast batches: the batches they
 // interrupt fall back to one-by-one publishing under the same message ids,
 // and every message is stored once and handled once.
 func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping the leader-change test in -short mode (CI runs it without -short)")
-	}
 	const (
 		batch        = 1000
 		minBatches   = 10
 		maxBatches   = 40
 		maxStepDowns = 6
 	)
-	c := natstest.RunCluster(t, 3)
-	admin := c.Connect(t)
-	js, _ := jetstream.New(admin)
-	scheme, _ := subjects.New("stepdown")
-	ensureStream(t, js, scheme)
+	r := newLeaderChanges(t, "stepdown")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
-		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
-	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
-		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
-	l := &ledger{seen: make(map[string]int, maxBatches*batch)}
-	recv, err := agentkit.New(c.Connect(t), "worker", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
-	natstest.WaitFor(t, 20*time.Second, func() error { return recv.Start(ctx) })
-	defer recv.Stop()
-	sender, err := agentkit.New(c.Connect(t), "sender", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sender.Stop()
+	recv, l := r.worker(t, ctx)
+	sender := r.agent(t, "sender")
 
 	// Step the leader down every 250ms while the sender sends, at most
 	// maxStepDowns times.
@@ -391,23 +447,15 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if stepDown(admin, subjects.API("STREAM", "LEADER", "STEPDOWN", scheme.Stream())) == nil {
+			if stepDown(r.admin, subjects.API("STREAM", "LEADER", "STEPDOWN", r.scheme.Stream())) == nil {
 				n++
 			}
 		}
 	}()
-	payload := []byte(`{"data":"` + fmt.Sprintf("%02000d", 0) + `"}`)
+	payload := json.RawMessage(`{"data":"` + fmt.Sprintf("%02000d", 0) + `"}`)
 	sent := 0
 	for sent < minBatches*batch || (sender.Stats().FastBatchFallbacks == 0 && sent < maxBatches*batch) {
-		envs := make([]*agentkit.Envelope, batch)
-		for i := range envs {
-			if envs[i], err = sender.NewRequest(ctx, "worker", "work", payload); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := sender.SendBatch(ctx, envs); err != nil {
-			t.Fatalf("after %d messages: %v", sent, err)
-		}
+		sendWork(t, ctx, sender, batch, payload)
 		sent += batch
 	}
 	stopStepping()
@@ -417,14 +465,9 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 	if st.FastBatchFallbacks == 0 {
 		t.Fatalf("no fast batch was interrupted in %d batches", sent/batch)
 	}
-	natstest.WaitFor(t, 60*time.Second, func() error {
-		if n := l.unique.Load(); n < int64(sent) {
-			return fmt.Errorf("%d of %d distinct messages handled", n, sent)
-		}
-		return nil
-	})
+	waitHandled(t, l, sent)
 	waitSettled(t, ctx, recv)
-	stream, err := js.Stream(ctx, scheme.Stream())
+	stream, err := r.js.Stream(ctx, r.scheme.Stream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,62 +481,42 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 	}
 }
 
+// waitHandled waits until the worker has handled n distinct messages.
+func waitHandled(t *testing.T, l *ledger, n int) {
+	t.Helper()
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		if got := l.unique.Load(); got < int64(n) {
+			return fmt.Errorf("%d of %d distinct messages handled", got, n)
+		}
+		return nil
+	})
+}
+
 // TestCluster_ConsumerLeaderChanges moves the leader of a receiver's
 // consumer five times while it works through 20,000 messages: every
 // message is handled once (redeliveries of messages already handled are
 // absorbed), and the receiver keeps consuming after each change.
 func TestCluster_ConsumerLeaderChanges(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping the consumer leader-change test in -short mode (CI runs it without -short)")
-	}
 	const (
 		total        = 20000
 		maxStepDowns = 5
 	)
-	c := natstest.RunCluster(t, 3)
-	admin := c.Connect(t)
-	js, _ := jetstream.New(admin)
-	scheme, _ := subjects.New("consumerstep")
-	ensureStream(t, js, scheme)
+	r := newLeaderChanges(t, "consumerstep")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
-		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
-	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
-		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
-	sender, err := agentkit.New(c.Connect(t), "sender", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sender.Stop()
+	sender := r.agent(t, "sender")
 	for range total / 1000 {
-		envs := make([]*agentkit.Envelope, 1000)
-		for i := range envs {
-			if envs[i], err = sender.NewRequest(ctx, "worker", "work", map[string]int{"n": i}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := sender.SendBatch(ctx, envs); err != nil {
-			t.Fatal(err)
-		}
+		sendWork(t, ctx, sender, 1000, map[string]int{"n": 1})
 	}
-
-	l := &ledger{seen: make(map[string]int, total)}
 	var missedHeartbeats atomic.Int64
-	recv, err := agentkit.New(c.Connect(t), "worker", append(opts, agentkit.WithErrorHandler(func(err error) {
+	recv, l := r.worker(t, ctx, agentkit.WithErrorHandler(func(err error) {
 		if errors.Is(err, jetstream.ErrNoHeartbeat) {
 			missedHeartbeats.Add(1)
 		} else {
 			t.Errorf("receiver: %v", err)
 		}
-	}))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
-	consumer, _ := scheme.Consumer("worker", string(agentkit.PriorityNormal))
-	natstest.WaitFor(t, 20*time.Second, func() error { return recv.Start(ctx) })
-	defer recv.Stop()
+	}))
+	consumer, _ := r.scheme.Consumer("worker", string(agentkit.PriorityNormal))
 
 	// Step the consumer's leader down every 200ms while the receiver works.
 	var handledAtLast int64
@@ -501,17 +524,12 @@ func TestCluster_ConsumerLeaderChanges(t *testing.T) {
 	defer tick.Stop()
 	for n := 0; n < maxStepDowns && l.unique.Load() < total; {
 		<-tick.C
-		if stepDown(admin, subjects.API("CONSUMER", "LEADER", "STEPDOWN", scheme.Stream(), consumer)) == nil {
+		if stepDown(r.admin, subjects.API("CONSUMER", "LEADER", "STEPDOWN", r.scheme.Stream(), consumer)) == nil {
 			n++
 			handledAtLast = l.unique.Load()
 		}
 	}
-	natstest.WaitFor(t, 120*time.Second, func() error {
-		if n := l.unique.Load(); n < total {
-			return fmt.Errorf("%d of %d distinct messages handled", n, total)
-		}
-		return nil
-	})
+	waitHandled(t, l, total)
 	waitSettled(t, ctx, recv)
 	t.Logf("%d of %d handled at the last step-down; %d handled on a redelivery, %d redeliveries of handled messages absorbed, %d missed-heartbeat re-pulls",
 		handledAtLast, total, l.redeliveredSeen.Load(), recv.Stats().Outcomes[agentkit.OutcomeDuplicate], missedHeartbeats.Load())
@@ -530,39 +548,20 @@ func TestCluster_ConsumerLeaderChanges(t *testing.T) {
 // monitor's core NATS intake must record it, so every message ends ACK in
 // the ledger and none stays pending.
 func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping the events stream leader-change test in -short mode (CI runs it without -short)")
-	}
 	const (
 		batch     = 500
 		stepDowns = 5
 		total     = 2 * stepDowns * batch
 	)
-	c := natstest.RunCluster(t, 3)
-	admin := c.Connect(t)
-	js, _ := jetstream.New(admin)
-	scheme, _ := subjects.New("eventstep")
-	ensureStream(t, js, scheme)
+	r := newLeaderChanges(t, "eventstep")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	st, err := store.OpenSQLite(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	mon, err := ackmonitor.New(c.Connect(t), ackmonitor.Config{Store: st, Scheme: scheme, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	monCtx, monStop := context.WithCancel(ctx)
-	monDone := make(chan error, 1)
-	go func() { monDone <- mon.Run(monCtx) }()
-	defer func() {
-		monStop()
-		if err := <-monDone; err != nil {
-			t.Errorf("monitor: %v", err)
-		}
-	}()
+	t.Cleanup(func() { st.Close() }) // after the monitor stops (cleanups run last in, first out)
+	mon := runMonitor(t, ctx, r.c.Connect(t), ackmonitor.Config{Store: st, Scheme: r.scheme, Replicas: 3})
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		if !mon.Active() {
 			return errors.New("monitor not active")
@@ -570,57 +569,25 @@ func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
 		return nil
 	})
 
-	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
-		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
-	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
-		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
-	sender, err := agentkit.New(c.Connect(t), "sender", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sender.Stop()
-	send := func() {
-		envs := make([]*agentkit.Envelope, batch)
-		for i := range envs {
-			if envs[i], err = sender.NewRequest(ctx, "worker", "work", map[string]int{"n": i}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := sender.SendBatch(ctx, envs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sender := r.agent(t, "sender")
 	for range stepDowns {
-		send()
+		sendWork(t, ctx, sender, batch, map[string]int{"n": 1})
 	}
-	l := &ledger{seen: make(map[string]int, total)}
-	recv, err := agentkit.New(c.Connect(t), "worker", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error { l.record(m); return nil })
-	natstest.WaitFor(t, 20*time.Second, func() error { return recv.Start(ctx) })
-	defer recv.Stop()
-
+	recv, l := r.worker(t, ctx)
 	// While the receiver acks, send a batch and step the events stream's
 	// leader down, five times.
 	var handledAtLast int64
 	for range stepDowns {
-		send()
+		sendWork(t, ctx, sender, batch, map[string]int{"n": 1})
 		natstest.WaitFor(t, 20*time.Second, func() error {
-			return stepDown(admin, subjects.API("STREAM", "LEADER", "STEPDOWN", scheme.EventsStream()))
+			return stepDown(r.admin, subjects.API("STREAM", "LEADER", "STEPDOWN", r.scheme.EventsStream()))
 		})
 		handledAtLast = l.unique.Load()
 	}
 	if handledAtLast == total {
 		t.Fatalf("the receiver handled everything before the last step-down: the test moved no leader under load")
 	}
-	natstest.WaitFor(t, 60*time.Second, func() error {
-		if n := l.unique.Load(); n < total {
-			return fmt.Errorf("%d of %d distinct messages handled", n, total)
-		}
-		return nil
-	})
+	waitHandled(t, l, total)
 	waitSettled(t, ctx, recv)
 	var acked, pending int64
 	natstest.WaitFor(t, 60*time.Second, func() error {
