@@ -76,9 +76,9 @@ func (d *directEvents) written(id string) bool {
 }
 
 // directIntake receives the consumer events on core NATS and, while this
-// instance is active, writes them in batches of up to BatchSize, waiting at
-// most FetchWait for a batch to fill. A failed write is left to the events
-// stream.
+// instance is active or was within directGrace, writes them in batches of
+// up to BatchSize, waiting at most FetchWait for a batch to fill. A failed
+// write is left to the events stream.
 func (m *Monitor) directIntake(ctx context.Context) {
 	ch := make(chan *nats.Msg, directBuffer)
 	for _, subject := range m.cfg.Scheme.EventFilters() {
