@@ -94,41 +94,51 @@ func (m *Monitor) parseSend(msg jetstream.Msg) (store.Send, bool) {
 	return s, true
 }
 
-func (m *Monitor) eventsBatch(msgs []jetstream.Msg) (store.Batch, []string) {
-	var b store.Batch
-	kinds := make([]string, len(msgs))
-	for i, msg := range msgs {
-		if e, ok := m.parseEvent(msg); ok {
-			if !m.direct.written(e.ID) {
-				b.Events = append(b.Events, e)
-			}
-			kinds[i] = string(e.Kind)
-		} else {
-			kinds[i] = "ignored"
-		}
-	}
-	return b, kinds
+// intakeBatch is what one fetch of stream messages amounts to: the ledger
+// batch to write, each message's kind (for the metrics), and the newest
+// event or send time among them (for the lag), also of events directIntake
+// wrote already and the batch leaves out.
+type intakeBatch struct {
+	store.Batch
+	kinds  []string
+	newest time.Time
 }
 
-func (m *Monitor) sendsBatch(msgs []jetstream.Msg) (store.Batch, []string) {
-	var b store.Batch
-	kinds := make([]string, len(msgs))
+func (m *Monitor) eventsBatch(msgs []jetstream.Msg) intakeBatch {
+	b := intakeBatch{kinds: make([]string, len(msgs))}
 	for i, msg := range msgs {
-		if s, ok := m.parseSend(msg); ok {
-			b.Sends = append(b.Sends, s)
-			kinds[i] = "send"
-		} else {
-			kinds[i] = "ignored"
+		e, ok := m.parseEvent(msg)
+		if !ok {
+			b.kinds[i] = "ignored"
+			continue
 		}
+		if !m.direct.written(e.ID) {
+			b.Events = append(b.Events, e)
+		}
+		b.kinds[i], b.newest = string(e.Kind), maxTime(b.newest, e.At)
 	}
-	return b, kinds
+	return b
+}
+
+func (m *Monitor) sendsBatch(msgs []jetstream.Msg) intakeBatch {
+	b := intakeBatch{kinds: make([]string, len(msgs))}
+	for i, msg := range msgs {
+		s, ok := m.parseSend(msg)
+		if !ok {
+			b.kinds[i] = "ignored"
+			continue
+		}
+		b.Sends = append(b.Sends, s)
+		b.kinds[i], b.newest = "send", maxTime(b.newest, s.SentAt)
+	}
+	return b
 }
 
 // intake pulls batches from cons (in the pinned priority group), writes
 // each batch in one store transaction and acks its messages only after
 // the commit. A failed write NAKs the batch for redelivery; the ledger's
 // idempotency makes the retry safe.
-func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) (store.Batch, []string)) {
+func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) intakeBatch) {
 	isEvents := cons == m.events
 	for ctx.Err() == nil {
 		msgs, err := m.fetch(ctx, cons)
@@ -155,8 +165,8 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 		if isEvents {
 			m.eventsHeld.Store(int64(len(msgs)))
 		}
-		b, kinds := toBatch(msgs)
-		applied, err := m.apply(ctx, b)
+		b := toBatch(msgs)
+		applied, err := m.apply(ctx, b.Batch)
 		if isEvents {
 			m.eventsHeld.Store(0) // before the acks, so a status check errs on the side of waiting
 		}
@@ -171,20 +181,14 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 		for _, msg := range msgs {
 			_ = msg.Ack() // a lost ack means a redelivery, which the ledger ignores
 		}
-		for _, k := range kinds {
+		for _, k := range b.kinds {
 			m.metrics.events.WithLabelValues(k).Inc()
 		}
 		m.applied.Add(uint64(len(msgs)))
 		m.metrics.batches.Inc()
 		m.recorded(applied)
-		var newest time.Time // of the messages, also those whose events directIntake wrote
-		for _, msg := range msgs {
-			if md, err := msg.Metadata(); err == nil {
-				newest = maxTime(newest, md.Timestamp)
-			}
-		}
-		if !newest.IsZero() {
-			lag := time.Since(newest)
+		if !b.newest.IsZero() {
+			lag := time.Since(b.newest)
 			m.lastLag.Store(int64(lag))
 			m.metrics.lag.Set(lag.Seconds())
 		}
