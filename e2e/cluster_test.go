@@ -296,12 +296,7 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	for err := range sendErrs {
 		t.Fatalf("send: %v", err)
 	}
-	natstest.WaitFor(t, 60*time.Second, func() error {
-		if n := l.unique.Load(); n < total {
-			return fmt.Errorf("%d of %d distinct messages handled", n, total)
-		}
-		return nil
-	})
+	waitHandled(t, l, total)
 	// Nothing may be left to redeliver before duplicates are counted.
 	waitSettled(t, ctx, recv...)
 	c.WaitStreamCurrent(t, js, scheme.Stream(), 60*time.Second)
@@ -481,7 +476,8 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 	}
 }
 
-// waitHandled waits until the worker has handled n distinct messages.
+// waitHandled waits until the receivers recording in l have handled n
+// distinct messages.
 func waitHandled(t *testing.T, l *ledger, n int) {
 	t.Helper()
 	natstest.WaitFor(t, 60*time.Second, func() error {
