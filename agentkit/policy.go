@@ -12,7 +12,8 @@ type DeliveryPolicy struct {
 	// BackOff is the ack timeout of each delivery attempt: attempt n waits
 	// BackOff[min(n-1, len-1)] for an ack (or InProgress) before the broker
 	// redelivers. It is also the NakWithDelay schedule for retryable
-	// failures. JetStream sets AckWait to BackOff[0].
+	// failures. JetStream sets AckWait to BackOff[0]. Pull requests live
+	// twice BackOff[0], between 2s and 10s.
 	BackOff []time.Duration
 	// MaxDeliver is the number of delivery attempts, the first included;
 	// after the last one the monitor escalates. It must be ≥ len(BackOff).
@@ -103,6 +104,25 @@ func (p DeliveryPolicy) retryDelay(delivery uint64) time.Duration {
 		i = 0
 	}
 	return p.BackOff[min(i, len(p.BackOff)-1)]
+}
+
+// Bounds of a priority's pull expiry (DeliveryPolicy.pullExpiry).
+const (
+	minPullExpiry = 2 * time.Second
+	maxPullExpiry = 10 * time.Second
+)
+
+// pullExpiry is how long each of the priority's pull requests lives at
+// the server: twice its first ack timeout, between 2s and 10s (critical
+// 4s, the others 10s). It bounds how long the priority can stall when a
+// consumer's leader changes while a pull request is on its way (the new
+// leader never learns of it): nats.go pulls again once two heartbeats,
+// each half the expiry, are missing. With nats.go's default of 30s, a
+// step-down stalled an agent for 30s; with 10s for all, a critical
+// message could still wait five of its ack timeouts. An idle consumer
+// pays with a pull request per expiry and a heartbeat per half.
+func (p DeliveryPolicy) pullExpiry() time.Duration {
+	return min(max(2*p.BackOff[0], minPullExpiry), maxPullExpiry)
 }
 
 // progressInterval is how often InProgress is sent while a handler runs:

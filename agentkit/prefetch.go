@@ -44,15 +44,8 @@ func openSource(cons jetstream.Consumer, policy DeliveryPolicy, workers int) (*s
 	return s, nil
 }
 
-// pullExpiry is how long each pull request lives at the server. It bounds
-// how long a priority can stall when a consumer's leader changes while a
-// pull request is on its way (the new leader never learns of it): nats.go
-// pulls again once two heartbeats, each half the expiry, are missing. With
-// nats.go's default of 30s, a step-down stalled an agent for 30s.
-const pullExpiry = 10 * time.Second
-
 func (s *source) open(size int) (jetstream.MessagesContext, error) {
-	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(size), jetstream.PullExpiry(pullExpiry)}
+	opts := []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(size), jetstream.PullExpiry(s.policy.pullExpiry())}
 	if s.policy.MaxPrefetch > 0 {
 		opts = append(opts, jetstream.StopAfter(size))
 	}

@@ -2,12 +2,16 @@ package agentkit_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // sendN sends n requests for action to "recv" in one batch.
@@ -187,4 +191,70 @@ func TestPrefetch_HandlersTurningSlowStrandNothing(t *testing.T) {
 	sendN(t, sender, "work", slowN)
 	eventually(t, 15*time.Second, "the slow messages handled", func() bool { return rec.count() >= fast+slowN })
 	deliveredOnce(t, recv, fast+slowN)
+}
+
+// TestPullExpiry_FollowsAckTimeout reads each priority's pull requests as
+// the server receives them: each lives twice the priority's first ack
+// timeout, between 2s and 10s, with heartbeats at half that. The expiry
+// bounds how long a priority stalls when its consumer's leader changes
+// while a pull request is on its way.
+func TestPullExpiry_FollowsAckTimeout(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	want := map[agentkit.Priority]time.Duration{
+		agentkit.PriorityCritical: 4 * time.Second,  // default 2s ack timeout
+		agentkit.PriorityHigh:     2 * time.Second,  // 300ms: the floor
+		agentkit.PriorityNormal:   10 * time.Second, // default 10s: the ceiling
+		agentkit.PriorityLow:      6 * time.Second,  // 3s
+		agentkit.PriorityBatch:    10 * time.Second, // default 60s: the ceiling
+	}
+	type pullRequest struct {
+		Expires   time.Duration `json:"expires"`
+		Heartbeat time.Duration `json:"idle_heartbeat"`
+	}
+	type pull struct {
+		prio agentkit.Priority
+		req  pullRequest
+	}
+	pulls := make(chan pull, 256)
+	nc := m.conn()
+	for p := range want {
+		consumer, err := subjects.Default.Consumer("recv", string(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = nc.Subscribe(subjects.API("CONSUMER", "MSG", "NEXT", subjects.Default.Stream(), consumer), func(msg *nats.Msg) {
+			var req pullRequest
+			if err := json.Unmarshal(msg.Data, &req); err != nil {
+				t.Errorf("pull request %q: %v", msg.Data, err)
+			}
+			select {
+			case pulls <- pull{p, req}:
+			default:
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": (&recorder{}).handle(nil)},
+		agentkit.WithPolicy(agentkit.PriorityHigh, fastPolicy(300*time.Millisecond)),
+		agentkit.WithPolicy(agentkit.PriorityLow, fastPolicy(3*time.Second, 3*time.Second)))
+	seen := map[agentkit.Priority]bool{}
+	timeout := time.After(5 * time.Second)
+	for len(seen) < len(want) {
+		select {
+		case p := <-pulls:
+			seen[p.prio] = true
+			if p.req.Expires != want[p.prio] || p.req.Heartbeat != want[p.prio]/2 {
+				t.Errorf("%s pull request: expires %v, heartbeat %v; want %v and %v",
+					p.prio, p.req.Expires, p.req.Heartbeat, want[p.prio], want[p.prio]/2)
+			}
+		case <-timeout:
+			t.Fatalf("pull requests seen for %v of %d priorities", seen, len(want))
+		}
+	}
 }
