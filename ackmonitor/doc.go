@@ -85,7 +85,10 @@
 // the original envelope, the attempts, the NAK/TERM history and the
 // correlation chain. The row records the dead letter and escalation in the
 // same store, and the escalation's message id is derived from the row, so
-// a restart or failover never escalates a message twice.
+// a restart or failover never escalates a message twice. A follow-up
+// that fails (no leader for the DLQ stream, an unknown director) leaves
+// the row pending and is tried again each EvaluateInterval (at least 1s);
+// each failure is logged and counted in ackmonitor_follow_up_failures_total.
 //
 // # High availability
 //

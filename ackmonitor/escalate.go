@@ -157,6 +157,7 @@ func (m *Monitor) followUpLoop(ctx context.Context) {
 			for _, r := range recs {
 				if err := m.followUp(ctx, r); err != nil {
 					failed++
+					m.metrics.followUpErr.Inc()
 					if ctx.Err() == nil {
 						m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", r.StreamSeq, "consumer", r.Consumer, "err", err)
 					}
@@ -175,13 +176,23 @@ func escalationID(r store.Record) string {
 	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("agentmesh:escalation:"+strconv.FormatUint(r.StreamSeq, 10)+":"+r.Consumer)).String()
 }
 
+// copyTimeout bounds each request of a dead-letter copy (reading the
+// original, storing the copy). A request that meets a stream leader change
+// can go unanswered, and follow-ups run one after another: waiting out
+// the whole follow-up's 15s held up every other dead letter and
+// escalation (seen in e2e's DLQ step-down test). A copy that times out is
+// made again at the next try, under the same message id.
+const copyTimeout = 2 * time.Second
+
 // followUp dead-letters r and, for exhausted messages (and terminated ones
 // when configured), escalates it and marks the receiver potentially
 // unavailable.
 func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	orig, err := m.mesh.GetMsg(ctx, r.StreamSeq)
+	rctx, rcancel := context.WithTimeout(ctx, copyTimeout)
+	orig, err := m.mesh.GetMsg(rctx, r.StreamSeq)
+	rcancel()
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("ackmonitor: read original %d: %w", r.StreamSeq, err)
 	}
@@ -246,7 +257,9 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 	if orig != nil {
 		data = orig.Data
 	}
-	ack, err := m.js.PublishMsg(ctx, &nats.Msg{Subject: dlqSubject, Header: hdr, Data: data})
+	pctx, pcancel := context.WithTimeout(ctx, copyTimeout)
+	ack, err := m.js.PublishMsg(pctx, &nats.Msg{Subject: dlqSubject, Header: hdr, Data: data})
+	pcancel()
 	if err != nil {
 		return fmt.Errorf("ackmonitor: dead-letter %d/%s: %w", r.StreamSeq, r.Consumer, err)
 	}

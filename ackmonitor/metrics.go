@@ -18,6 +18,7 @@ type metrics struct {
 	timeouts    *prometheus.CounterVec   // agent, priority: delivery timeouts
 	escalations *prometheus.CounterVec   // agent, priority
 	deadLetters *prometheus.CounterVec   // agent, priority
+	followUpErr prometheus.Counter       // failed dead-letter or escalation attempts
 	ackTime     *prometheus.HistogramVec // agent, priority
 	latency     *prometheus.HistogramVec // agent, priority
 	events      *prometheus.CounterVec   // kind
@@ -44,6 +45,8 @@ func newMetrics() *metrics {
 		Help: "Escalations sent to directors, by receiving agent and priority."}, ap)
 	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_dead_letters_total",
 		Help: "Messages copied to the dead-letter stream, by receiving agent and priority."}, ap)
+	m.followUpErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "ackmonitor_follow_up_failures_total",
+		Help: "Attempts to dead-letter or escalate a failed message that failed; the message stays pending and is tried again."})
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 18) // 0.5ms .. ~65s
 	m.ackTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ackmonitor_ack_time_seconds",
 		Help: "Ack metric ack_time: from the acking delivery (or its last InProgress) to the ack.", Buckets: buckets}, ap)
@@ -60,7 +63,7 @@ func newMetrics() *metrics {
 		Help: "1 while this instance holds the pin of the events consumer (evaluates alerts, escalates)."})
 	m.alerts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_alert_active",
 		Help: "1 for each alert the monitor has raised and not resolved."}, []string{"agent", "kind", "severity"})
-	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.ackTime, m.latency,
+	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -1,0 +1,89 @@
+package ackmonitor_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/metricstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// TestFollowUp_RetriesUntilTheDLQTakesIt takes the dead-letter stream's
+// subjects away, so the copy of a rejected message finds no stream: each
+// failed try is counted in ackmonitor_follow_up_failures_total and the row
+// stays pending. Once the subjects are back, the next try stores the copy,
+// once.
+func TestFollowUp_RetriesUntilTheDLQTakesIt(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	mon := startMonitor(t, m.s, fastConfig(st))
+	metrics := httptest.NewServer(mon.Handler())
+	t.Cleanup(metrics.Close)
+	failures := func() float64 {
+		v, err := metricstest.Value(metrics.URL+"/metrics", "ackmonitor_follow_up_failures_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	js := m.jetstream()
+	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dlq.CachedInfo().Config
+	dlqSubjects := slices.Clone(cfg.Subjects)
+	cfg.Subjects = []string{"parked.dlq"}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reject(agentkit.CodeInvalid, "never")
+	}})
+	env, err := m.agent("client", nil).Send(ctx, "worker", "reject", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLettered := func() []store.Record {
+		recs, err := st.Messages(ctx, store.Query{DeadLetter: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	eventually(t, 20*time.Second, "two failed tries", func() bool { return failures() >= 2 })
+	if recs := deadLettered(); len(recs) != 0 {
+		t.Fatalf("rows recording a dead letter while the DLQ took none: %+v", recs)
+	}
+
+	cfg.Subjects = dlqSubjects
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the row recording its dead letter", func() bool { return len(deadLettered()) == 1 })
+	recs := deadLettered()
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].MessageID != env.MessageID || recs[0].DLQSeq != 1 || info.State.Msgs != 1 {
+		t.Errorf("row %s with DLQ seq %d, DLQ holding %d; want %s, 1 and 1", recs[0].MessageID, recs[0].DLQSeq, info.State.Msgs, env.MessageID)
+	}
+	msg, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := msg.Header.Get(ackmonitor.HeaderDLQOriginalID); got != env.MessageID {
+		t.Errorf("the dead letter's original id is %q; want %q", got, env.MessageID)
+	}
+}
