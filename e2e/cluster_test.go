@@ -1,7 +1,8 @@
 // Package e2e holds end-to-end tests across packages on embedded NATS
 // servers: the demo workflows, a stream-leader failover under load, and
-// leader step-downs of the message stream, a consumer and the monitor's
-// events stream under load, on a 3-node JetStream cluster with R3 streams.
+// leader step-downs of the message stream, a consumer, and the monitor's
+// events and dead-letter streams under load, on a 3-node JetStream cluster
+// with R3 streams.
 package e2e
 
 import (
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
+	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -392,6 +395,62 @@ func (r *leaderChanges) worker(t *testing.T, ctx context.Context, opts ...agentk
 	return a, l
 }
 
+// stepDownRepeatedly steps the leader of stream down at once and then
+// every 250ms, up to times times, until the returned stop is called, and
+// calls each (unless nil) after every step-down; stop returns how many
+// succeeded. Call stop before the test ends.
+func (r *leaderChanges) stepDownRepeatedly(ctx context.Context, stream string, times int, each func()) (stop func() int) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for n < times {
+			if stepDown(r.admin, subjects.API("STREAM", "LEADER", "STEPDOWN", stream)) == nil {
+				n++
+				if each != nil {
+					each()
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var stepDowns int
+	var once sync.Once
+	return func() int {
+		once.Do(func() { cancel(); stepDowns = <-done })
+		return stepDowns
+	}
+}
+
+// monitor runs an ack monitor for the cluster's scheme with R3 streams
+// (cfg's other fields as given) on a SQLite ledger in a temporary
+// directory until the test ends, and returns both once the monitor is
+// active.
+func (r *leaderChanges) monitor(t *testing.T, ctx context.Context, cfg ackmonitor.Config) (*ackmonitor.Monitor, store.Store) {
+	t.Helper()
+	st, err := store.OpenSQLite(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() }) // after the monitor stops (cleanups run last in, first out)
+	cfg.Store, cfg.Scheme, cfg.Replicas = st, r.scheme, 3
+	mon := runMonitor(t, ctx, r.c.Connect(t), cfg)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if !mon.Active() {
+			return errors.New("monitor not active")
+		}
+		return nil
+	})
+	return mon, st
+}
+
 // sendWork sends n "work" requests carrying payload to the worker with one
 // SendBatch.
 func sendWork(t *testing.T, ctx context.Context, sender *agentkit.Agent, n int, payload any) {
@@ -428,35 +487,18 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 
 	// Step the leader down every 250ms while the sender sends, at most
 	// maxStepDowns times.
-	stepping, stopStepping := context.WithCancel(ctx)
+	stopStepping := r.stepDownRepeatedly(ctx, r.scheme.Stream(), maxStepDowns, nil)
 	defer stopStepping()
-	stepDowns := make(chan int, 1)
-	go func() {
-		n := 0
-		defer func() { stepDowns <- n }()
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for n < maxStepDowns {
-			select {
-			case <-stepping.Done():
-				return
-			case <-tick.C:
-			}
-			if stepDown(r.admin, subjects.API("STREAM", "LEADER", "STEPDOWN", r.scheme.Stream())) == nil {
-				n++
-			}
-		}
-	}()
 	payload := json.RawMessage(`{"data":"` + fmt.Sprintf("%02000d", 0) + `"}`)
 	sent := 0
 	for sent < minBatches*batch || (sender.Stats().FastBatchFallbacks == 0 && sent < maxBatches*batch) {
 		sendWork(t, ctx, sender, batch, payload)
 		sent += batch
 	}
-	stopStepping()
+	stepDowns := stopStepping()
 	st := sender.Stats()
 	t.Logf("sent %d messages across %d leader step-downs: %d in fast batches, %d fell back to one-by-one publishing, %d publish retries",
-		sent, <-stepDowns, st.FastBatched, st.FastBatchFallbacks, st.PublishRetries)
+		sent, stepDowns, st.FastBatched, st.FastBatchFallbacks, st.PublishRetries)
 	if st.FastBatchFallbacks == 0 {
 		t.Fatalf("no fast batch was interrupted in %d batches", sent/batch)
 	}
@@ -552,18 +594,7 @@ func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
 	r := newLeaderChanges(t, "eventstep")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	st, err := store.OpenSQLite(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() }) // after the monitor stops (cleanups run last in, first out)
-	mon := runMonitor(t, ctx, r.c.Connect(t), ackmonitor.Config{Store: st, Scheme: r.scheme, Replicas: 3})
-	natstest.WaitFor(t, 30*time.Second, func() error {
-		if !mon.Active() {
-			return errors.New("monitor not active")
-		}
-		return nil
-	})
+	_, st := r.monitor(t, ctx, ackmonitor.Config{})
 
 	sender := r.agent(t, "sender")
 	for range stepDowns {
@@ -603,4 +634,125 @@ func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d of %d handled at the last step-down; ledger: %d ACK, %d pending", handledAtLast, total, acked, pending)
+}
+
+// TestCluster_DeadLettersAcrossDLQStreamLeaderChanges has a receiver
+// reject 2,000 messages, then steps the leader of the dead-letter stream
+// down every 250ms while the monitor copies them there: a copy that meets
+// the stream without a leader fails, its row stays pending and it is
+// copied again under the same message id, so the DLQ ends with each
+// rejected message exactly once and every ledger row records its dead
+// letter. (nats.go retries a publish that finds no stream leader, so few
+// copies fail; TestFollowUp_RetriesUntilTheDLQTakesIt in ackmonitor makes
+// them fail for sure.)
+func TestCluster_DeadLettersAcrossDLQStreamLeaderChanges(t *testing.T) {
+	const (
+		total     = 2000
+		stepDowns = 12
+		series    = `ackmonitor_dead_letters_total{agent="worker",priority="normal"}`
+	)
+	r := newLeaderChanges(t, "dlqstep")
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	mon, st := r.monitor(t, ctx, ackmonitor.Config{EvaluateInterval: time.Second})
+	metrics := httptest.NewServer(mon.Handler())
+	t.Cleanup(metrics.Close)
+
+	l := &ledger{seen: map[string]int{}}
+	recv := r.agent(t, "worker")
+	recv.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error {
+		l.record(m)
+		return agentkit.Reject(agentkit.CodeRejected, "dead-letter test")
+	})
+	natstest.WaitFor(t, 20*time.Second, func() error { return recv.Start(ctx) })
+	sender := r.agent(t, "sender")
+	sendWork(t, ctx, sender, total, map[string]int{"n": 1})
+
+	// Once the first message is dead-lettered, move the DLQ stream's leader
+	// while the monitor dead-letters the rest (2,000 take it about 1.5s
+	// here), noting how many were dead-lettered at each step-down.
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		n, err := metricstest.Value(metrics.URL+"/metrics", series)
+		if err == nil && n == 0 {
+			err = errors.New("nothing dead-lettered yet")
+		}
+		return err
+	})
+	var mu sync.Mutex
+	var at []int
+	stop := r.stepDownRepeatedly(ctx, r.scheme.DLQStream(), stepDowns, func() {
+		n, err := metricstest.Value(metrics.URL+"/metrics", series)
+		if err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		at = append(at, int(n))
+		mu.Unlock()
+	})
+	defer stop()
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		recs, err := st.Messages(ctx, store.Query{DeadLetter: true, Receiver: "worker", Limit: total + 1})
+		if err != nil {
+			return err
+		}
+		if len(recs) != total {
+			return fmt.Errorf("%d of %d ledger rows record their dead letter", len(recs), total)
+		}
+		return nil
+	})
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(at, func(n int) bool { return n > 0 && n < total }) {
+		t.Fatalf("dead-lettered messages at each step-down: %v of %d; the test moved no leader while the monitor dead-lettered", at, total)
+	}
+
+	// The DLQ holds each rejected message once, under its original id.
+	stream, err := r.js.Stream(ctx, r.scheme.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != total {
+		t.Fatalf("the DLQ holds %d messages; want %d", info.State.Msgs, total)
+	}
+	dlq, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := map[string]int{}
+	for received := 0; received < total; {
+		msgs, err := dlq.Fetch(total, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range msgs.Messages() {
+			copies[m.Headers().Get(ackmonitor.HeaderDLQOriginalID)]++
+			n++
+		}
+		if n == 0 {
+			break
+		}
+		received += n
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, n := range copies {
+		if n != 1 || l.seen[id] == 0 {
+			t.Errorf("dead letter %q: %d copies of a message the receiver rejected %d times; want 1 of a rejected one", id, n, l.seen[id])
+		}
+	}
+	if len(copies) != total || len(l.seen) != total {
+		t.Errorf("the DLQ holds %d distinct messages and the receiver rejected %d; want %d each", len(copies), len(l.seen), total)
+	}
+	failures, err := metricstest.Value(metrics.URL+"/metrics", "ackmonitor_follow_up_failures_total")
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("dead-lettered messages at each step-down of the DLQ stream's leader: %v of %d; %v copies failed and were made again",
+		at, total, failures)
 }
