@@ -46,7 +46,7 @@ func newMetrics() *metrics {
 	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_dead_letters_total",
 		Help: "Messages copied to the dead-letter stream, by receiving agent and priority."}, ap)
 	m.followUpErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "ackmonitor_follow_up_failures_total",
-		Help: "Attempts to dead-letter or escalate a failed message that failed; the message stays pending and is tried again."})
+		Help: "Failed tries to dead-letter or escalate a message; its row stays pending and is tried again."})
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 18) // 0.5ms .. ~65s
 	m.ackTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ackmonitor_ack_time_seconds",
 		Help: "Ack metric ack_time: from the acking delivery (or its last InProgress) to the ack.", Buckets: buckets}, ap)
