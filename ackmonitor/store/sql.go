@@ -490,7 +490,7 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 				return err
 			}
 			var proc, status any
-			if r.Status == StatusACK {
+			if r.Status == StatusACK && !r.AcknowledgedAt.IsZero() { // not an inferred ACK
 				proc = float64(r.ProcessingTime) / float64(time.Millisecond)
 			}
 			if r.Status != StatusPending {
@@ -718,6 +718,15 @@ func (s *sqlStore) Hourly(ctx context.Context, since time.Time) ([]HourlyMetric,
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+func (s *sqlStore) Pending(ctx context.Context, after Key, limit int) ([]Record, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments WHERE ack_status IS NULL
+		AND (stream_seq > ? OR stream_seq = ? AND consumer > ?) ORDER BY stream_seq, consumer LIMIT ?`,
+		int64(after.StreamSeq), int64(after.StreamSeq), after.Consumer, limit)
 }
 
 func (s *sqlStore) PendingFollowUps(ctx context.Context, limit int) ([]Record, error) {

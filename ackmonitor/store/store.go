@@ -78,6 +78,12 @@ type Event struct {
 	AckTime time.Duration `json:"ack_time_ns,omitzero"`
 	Reason  string        `json:"reason,omitempty"` // TERM reason
 	At      time.Time     `json:"at"`               // the server's event timestamp
+	// Inferred marks an ACK the monitor inferred from the consumer's ack
+	// floor because no event told it (ack sampling below 100 %, or events
+	// lost): At is when it was inferred; Deliveries and AckTime are 0, so
+	// the row gets no ack time, and any ACK, TERM or MAX_DELIVERIES event
+	// of the row takes precedence.
+	Inferred bool `json:"inferred,omitempty"`
 }
 
 // Key identifies a ledger row.
@@ -136,7 +142,8 @@ func (r *Record) Final() bool { return r.Status != StatusPending }
 // recompute derives every outcome field from the history. Rules:
 //   - naks = number of NAK events; deliveries = the largest delivery count seen;
 //   - the final event is the ACK, TERM or MAX_DELIVERIES with the most
-//     deliveries (ties: the later one): ACK → ACK, TERM → NACK (reason kept),
+//     deliveries (ties: the later one; an inferred ACK has none, so it is
+//     final only without any other): ACK → ACK, TERM → NACK (reason kept),
 //     MAX_DELIVERIES → TIMEOUT, even when the last attempt was NAKed (the
 //     message was never handled: it is exhausted);
 //   - timeouts = redeliveries not caused by a NAK: deliveries − 1 − naks,
@@ -166,7 +173,10 @@ func (r *Record) recompute() {
 	r.ResolvedAt = final.At
 	switch final.Kind {
 	case EventAck:
-		r.Status, r.AcknowledgedAt, r.ProcessingTime = StatusACK, final.At, final.AckTime
+		r.Status, r.ProcessingTime = StatusACK, final.AckTime
+		if !final.Inferred {
+			r.AcknowledgedAt = final.At // an inferred ACK's time is only an upper bound
+		}
 	case EventTerm:
 		r.Status, r.AcknowledgedAt, r.NackReason = StatusNACK, final.At, final.Reason
 	case EventMax:
@@ -337,6 +347,9 @@ type Store interface {
 	Rollup(ctx context.Context) error
 	// Hourly returns acknowledgment_metrics rows from the given hour on.
 	Hourly(ctx context.Context, since time.Time) ([]HourlyMetric, error)
+	// Pending returns up to limit rows without a final status, in key
+	// order (stream sequence, then consumer), after the key after.
+	Pending(ctx context.Context, after Key, limit int) ([]Record, error)
 	// PendingFollowUps returns final TIMEOUT and NACK rows not yet
 	// dead-lettered, oldest first.
 	PendingFollowUps(ctx context.Context, limit int) ([]Record, error)

@@ -31,6 +31,7 @@ func Run(t *testing.T, db Database) {
 		{"RatesWindowAndSeries", testRates},
 		{"HourlyRollup", testHourly},
 		{"FollowUps", testFollowUps},
+		{"InferredAcksAndPending", testInferred},
 		{"Health", testHealth},
 		{"Alerts", testAlerts},
 	}
@@ -345,6 +346,68 @@ func testHourly(t *testing.T, s store.Store) {
 	}
 	if hs[1].Sent != 1 || hs[1].Acked != 0 {
 		t.Fatalf("next hour = %+v", hs[1])
+	}
+}
+
+// testInferred: an inferred ACK resolves a row without ack time or
+// acknowledged_at (so averages leave it out), yields to a real TERM that
+// arrives later, and Pending pages through unresolved rows in key order.
+func testInferred(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	inferred := func(seq uint64) store.Event {
+		e := ev(store.EventAck, seq, "b_normal", 0, base.Add(time.Minute))
+		e.ID, e.Inferred = fmt.Sprintf("inferred-%d", seq), true
+		return e
+	}
+	ack := ev(store.EventAck, 1, "b_normal", 1, base.Add(10*time.Millisecond))
+	ack.AckTime = 4 * time.Millisecond
+	mustApply(t, s, store.Batch{
+		Sends:  []store.Send{send(1, "a", "b", base), send(2, "a", "b", base), send(3, "a", "b", base), send(4, "a", "b", base)},
+		Events: []store.Event{ack, ev(store.EventNak, 2, "b_normal", 1, base.Add(10*time.Millisecond))},
+	})
+
+	var keys []store.Key
+	for after := (store.Key{}); ; {
+		recs, err := s.Pending(ctx(t), after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			keys = append(keys, r.Key())
+		}
+		after = recs[len(recs)-1].Key()
+	}
+	if want := []store.Key{{StreamSeq: 2, Consumer: "b_normal"}, {StreamSeq: 3, Consumer: "b_normal"}, {StreamSeq: 4, Consumer: "b_normal"}}; fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Fatalf("Pending pages = %v, want %v", keys, want)
+	}
+
+	a := mustApply(t, s, store.Batch{Events: []store.Event{inferred(2), inferred(3)}})
+	if len(a.Resolved) != 2 {
+		t.Fatalf("inferred ACKs resolved %d rows, want 2", len(a.Resolved))
+	}
+	r := get(t, s, 2, "b_normal")
+	if r.Status != store.StatusACK || !r.AcknowledgedAt.IsZero() || r.ProcessingTime != 0 || r.Naks != 1 || r.Deliveries != 1 ||
+		!r.ResolvedAt.Equal(base.Add(time.Minute)) {
+		t.Errorf("row 2 after an inferred ACK = %+v; want ACK without acknowledged_at or ack time, 1 NAK, resolved when inferred", r)
+	}
+	rates, err := s.Rates(ctx(t), time.Time{})
+	if err != nil || len(rates) != 1 {
+		t.Fatalf("Rates = %v, %v", rates, err)
+	}
+	if got := rates[0]; got.Acked != 3 || got.Pending != 1 || got.AvgAckTimeMS != 4 {
+		t.Errorf("rates = %+v; want 3 ACKs, 1 pending, the average ack time of the real ACK alone (4ms)", got)
+	}
+
+	// A real TERM arriving after the inference wins; replaying the
+	// inference changes nothing.
+	term := ev(store.EventTerm, 3, "b_normal", 1, base.Add(20*time.Millisecond))
+	term.Reason = "late"
+	mustApply(t, s, store.Batch{Events: []store.Event{term, inferred(3)}})
+	if r := get(t, s, 3, "b_normal"); r.Status != store.StatusNACK || r.NackReason != "late" {
+		t.Errorf("row 3 after a late TERM = %s %q; want NACK late", r.Status, r.NackReason)
 	}
 }
 
