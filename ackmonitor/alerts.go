@@ -60,21 +60,14 @@ func (t Thresholds) severityOf(kind string, r store.Rate) (sev string, value, th
 }
 
 func (m *Monitor) alertLoop(ctx context.Context) {
-	t := time.NewTicker(m.cfg.EvaluateInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, m.cfg.EvaluateInterval, func() {
 		if !m.Active() {
-			continue
+			return
 		}
 		if err := m.evaluate(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			m.cfg.Logger.Warn("alert evaluation", "err", err)
 		}
-	}
+	})
 }
 
 // evaluate compares each agent's rates over the window with the

@@ -85,6 +85,12 @@ type Config struct {
 	// RollupInterval is how often acknowledgment_metrics is brought up to
 	// date. Default 10s.
 	RollupInterval time.Duration
+	// ReconcileInterval is how often the active instance looks for pending
+	// rows its consumer has acked past (ack floor) without an event telling
+	// the monitor: ack metrics not sampled (SampleFrequency below 100) or
+	// lost. It records their ACKs, without ack time, at the second look.
+	// Default 30s.
+	ReconcileInterval time.Duration
 	// StatusInterval is how often the instance checks whether it holds the
 	// pin and refreshes lag gauges. Default PinnedTTL/5 (at least 100ms).
 	StatusInterval time.Duration
@@ -144,6 +150,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.UnavailableFor, time.Minute)
 	def(&c.RollupInterval, 10*time.Second)
+	def(&c.ReconcileInterval, 30*time.Second)
 	def(&c.StatusInterval, max(c.PinnedTTL/5, 100*time.Millisecond))
 }
 
@@ -168,7 +175,8 @@ func (c *Config) Validate() error {
 		return bad("BatchSize %d not in 1..10000", c.BatchSize)
 	case c.FetchWait < 10*time.Millisecond || c.FetchWait > c.PinnedTTL/4:
 		return bad("FetchWait %v must be between 10ms and PinnedTTL/4 (%v)", c.FetchWait, c.PinnedTTL/4)
-	case c.Window < time.Second || c.EvaluateInterval <= 0 || c.RollupInterval <= 0 || c.StatusInterval <= 0:
+	case c.Window < time.Second || c.EvaluateInterval <= 0 || c.RollupInterval <= 0 || c.StatusInterval <= 0 ||
+		c.ReconcileInterval <= 0:
 		return bad("Window must be ≥ 1s and the intervals positive")
 	case !(0 < t.AckCritical && t.AckCritical <= t.AckWarning && t.AckWarning <= 1):
 		return bad("ack thresholds need 0 < critical %v ≤ warning %v ≤ 1", t.AckCritical, t.AckWarning)

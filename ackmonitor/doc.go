@@ -30,6 +30,17 @@
 // step-downs of the events stream under load lost 11–24 % of the ack
 // metrics to the stream alone, and those rows stayed pending for good.
 //
+// Ack metrics are sampled (the consumers' SampleFrequency; agentkit's
+// default samples every ack) while NAK, TERM and MAX_DELIVERIES advisories
+// are always sent. Every ReconcileInterval (default 30s) the active
+// instance looks for pending rows at or below their consumer's ack floor,
+// messages the consumer has acked, terminated or exhausted: with no TERM
+// or MAX_DELIVERIES recorded they were acked. At the second look, with the
+// events consumer drained, it records an inferred ACK (no ack time, no
+// acknowledged_at; counted in ackmonitor_inferred_acks_total), so counts
+// stay exact at any sampling and after events were lost on both paths. A
+// real event that arrives later still decides the row.
+//
 // # The ledger and the rates
 //
 // One row per (stream_seq, consumer): a direct message has one, a topic or

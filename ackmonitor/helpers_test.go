@@ -98,7 +98,7 @@ func fastConfig(st store.Store) ackmonitor.Config {
 	return ackmonitor.Config{
 		Store: st, PinnedTTL: time.Second, AckWait: 2 * time.Second, FetchWait: 50 * time.Millisecond,
 		EvaluateInterval: 100 * time.Millisecond, RollupInterval: 200 * time.Millisecond,
-		StatusInterval: 100 * time.Millisecond,
+		StatusInterval: 100 * time.Millisecond, ReconcileInterval: 200 * time.Millisecond,
 	}
 }
 

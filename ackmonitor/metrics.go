@@ -19,6 +19,7 @@ type metrics struct {
 	escalations *prometheus.CounterVec   // agent, priority
 	deadLetters *prometheus.CounterVec   // agent, priority
 	followUpErr prometheus.Counter       // failed dead-letter or escalation attempts
+	inferred    *prometheus.CounterVec   // agent, priority
 	ackTime     *prometheus.HistogramVec // agent, priority
 	latency     *prometheus.HistogramVec // agent, priority
 	events      *prometheus.CounterVec   // kind
@@ -47,6 +48,8 @@ func newMetrics() *metrics {
 		Help: "Messages copied to the dead-letter stream, by receiving agent and priority."}, ap)
 	m.followUpErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "ackmonitor_follow_up_failures_total",
 		Help: "Failed tries to dead-letter or escalate a message; its row stays pending and is tried again."})
+	m.inferred = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_inferred_acks_total",
+		Help: "ACKs inferred from a consumer's ack floor without an ack metric (sampling below 100 %, or events lost), by receiving agent and priority."}, ap)
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 18) // 0.5ms .. ~65s
 	m.ackTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ackmonitor_ack_time_seconds",
 		Help: "Ack metric ack_time: from the acking delivery (or its last InProgress) to the ack.", Buckets: buckets}, ap)
@@ -63,7 +66,7 @@ func newMetrics() *metrics {
 		Help: "1 while this instance holds the pin of the events consumer (evaluates alerts, escalates)."})
 	m.alerts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_alert_active",
 		Help: "1 for each alert the monitor has raised and not resolved."}, []string{"agent", "kind", "severity"})
-	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.ackTime, m.latency,
+	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.inferred, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -84,7 +87,7 @@ func (m *metrics) observe(a store.Applied) {
 		if r.Timeouts > 0 {
 			m.timeouts.WithLabelValues(r.Receiver, r.Priority).Add(float64(r.Timeouts))
 		}
-		if r.Status == store.StatusACK {
+		if r.Status == store.StatusACK && !r.AcknowledgedAt.IsZero() { // inferred ACKs have no ack time
 			m.ackTime.WithLabelValues(r.Receiver, r.Priority).Observe(r.ProcessingTime.Seconds())
 			if l := r.Latency(); l > 0 {
 				m.latency.WithLabelValues(r.Receiver, r.Priority).Observe(l.Seconds())

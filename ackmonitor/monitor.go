@@ -125,6 +125,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	wg.Go(func() { m.alertLoop(ctx) })
 	wg.Go(func() { m.followUpLoop(ctx) })
 	wg.Go(func() { m.rollupLoop(ctx) })
+	wg.Go(func() { m.reconcileLoop(ctx) })
 	close(m.ready)
 	m.cfg.Logger.Info("ack monitor running", "id", m.cfg.MonitorID, "stream", m.cfg.Scheme.Stream())
 	<-ctx.Done()
@@ -311,6 +312,20 @@ func (m *Monitor) wake() {
 	select {
 	case m.kick <- struct{}{}:
 	default:
+	}
+}
+
+// everyTick calls f every interval until ctx is done.
+func everyTick(ctx context.Context, every time.Duration, f func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
 	}
 }
 

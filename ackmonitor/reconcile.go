@@ -1,0 +1,125 @@
+package ackmonitor
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+)
+
+// The server samples ack metrics (a consumer's SampleFrequency, "100" by
+// default) but always sends the NAK, TERM and MAX_DELIVERIES advisories.
+// At a lower sampling, and whenever events are lost (the monitor down
+// while its events stream has no leader), the rows of messages their
+// receiver acked would stay pending for good. So the active instance
+// infers those ACKs (reconcileLoop): a message at or below its consumer's
+// ack floor, and still in the stream, was acked, terminated or exhausted,
+// and without a TERM or MAX_DELIVERIES it was acked. A row is inferred
+// only if it was at or below the floor at the previous check and, at this
+// one, the events consumer has nothing left for the monitor, pending or
+// unacked: the event of anything acked before the previous check would
+// have reached the ledger by then. An event that comes later still takes
+// precedence (store.Event.Inferred). Inferred ACKs carry no ack time.
+
+// reconcilePage is how many pending rows one store read returns.
+const reconcilePage = 1000
+
+// reconcileLoop infers missing ACKs every ReconcileInterval while this
+// instance is active.
+func (m *Monitor) reconcileLoop(ctx context.Context) {
+	var suspects map[store.Key]struct{}
+	everyTick(ctx, m.cfg.ReconcileInterval, func() {
+		if !m.Active() {
+			suspects = nil
+			return
+		}
+		next, err := m.reconcile(ctx, suspects)
+		if err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn("inferring missing ACKs", "err", err)
+		}
+		suspects = next
+	})
+}
+
+// reconcile infers the ACK of every pending row that is in suspects and
+// still at or below its consumer's ack floor, and returns the pending
+// rows at or below the floor now. While the events consumer holds events
+// for the monitor it changes nothing and returns suspects.
+func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}) (map[store.Key]struct{}, error) {
+	events, err := m.events.Info(ctx)
+	if err != nil {
+		return suspects, err
+	}
+	if events.NumPending > 0 || events.NumAckPending > 0 {
+		return suspects, nil // the events still to come may resolve the rows
+	}
+	mesh, err := m.mesh.Info(ctx)
+	if err != nil {
+		return suspects, err
+	}
+	floors := map[string]uint64{} // consumer → ack floor (0: none to trust)
+	now := time.Now().UTC()
+	next := map[store.Key]struct{}{}
+	var inferred []store.Event
+	for after := (store.Key{}); ; {
+		recs, err := m.cfg.Store.Pending(ctx, after, reconcilePage)
+		if err != nil {
+			return suspects, err
+		}
+		for _, r := range recs {
+			floor, ok := floors[r.Consumer]
+			if !ok {
+				floor = m.ackFloor(ctx, r.Consumer)
+				floors[r.Consumer] = floor
+			}
+			// Below the first sequence the message is gone (MaxAge): the
+			// floor passed it whether or not it was delivered.
+			if r.StreamSeq > floor || r.StreamSeq < mesh.State.FirstSeq {
+				continue
+			}
+			next[r.Key()] = struct{}{}
+			if _, seen := suspects[r.Key()]; seen {
+				inferred = append(inferred, store.Event{
+					ID:   "inferred-ack:" + strconv.FormatUint(r.StreamSeq, 10) + ":" + r.Consumer,
+					Kind: store.EventAck, Consumer: r.Consumer, Receiver: r.Receiver, Priority: r.Priority,
+					StreamSeq: r.StreamSeq, At: now, Inferred: true,
+				})
+			}
+		}
+		if len(recs) < reconcilePage {
+			break
+		}
+		after = recs[len(recs)-1].Key()
+	}
+	for len(inferred) > 0 {
+		n := min(len(inferred), m.cfg.BatchSize)
+		applied, err := m.apply(ctx, store.Batch{Events: inferred[:n]})
+		if err != nil {
+			return next, err
+		}
+		m.recorded(applied)
+		for _, e := range applied.NewEvents {
+			m.metrics.inferred.WithLabelValues(e.Receiver, e.Priority).Inc()
+		}
+		inferred = inferred[n:]
+	}
+	return next, nil
+}
+
+// ackFloor returns the stream sequence of consumer's ack floor, or 0 when
+// the consumer is gone or does not deliver the whole stream (agentkit's
+// consumers do), so its floor says nothing about earlier messages.
+func (m *Monitor) ackFloor(ctx context.Context, consumer string) uint64 {
+	c, err := m.mesh.Consumer(ctx, consumer)
+	if err != nil {
+		return 0
+	}
+	info := c.CachedInfo()
+	if info.Config.DeliverPolicy != jetstream.DeliverAllPolicy {
+		return 0
+	}
+	return info.AckFloor.Stream
+}
