@@ -304,16 +304,8 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	waitSettled(t, ctx, recv...)
 	c.WaitStreamCurrent(t, js, scheme.Stream(), 60*time.Second)
 
-	st, err := js.Stream(ctx, scheme.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != total {
-		t.Errorf("stream holds %d messages, want %d (none lost, none stored twice)", info.State.Msgs, total)
+	if n := streamMsgs(t, ctx, js, scheme.Stream()); n != total {
+		t.Errorf("stream holds %d messages, want %d (none lost, none stored twice)", n, total)
 	}
 	var sendStats agentkit.Stats
 	for _, a := range sent {
@@ -504,18 +496,24 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 	}
 	waitHandled(t, l, sent)
 	waitSettled(t, ctx, recv)
-	stream, err := r.js.Stream(ctx, r.scheme.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != uint64(sent) || l.dups.Load() != 0 {
+	if n := streamMsgs(t, ctx, r.js, r.scheme.Stream()); n != uint64(sent) || l.dups.Load() != 0 {
 		t.Errorf("stream holds %d messages (want %d) and %d handler calls saw a message id again (want none)",
-			info.State.Msgs, sent, l.dups.Load())
+			n, sent, l.dups.Load())
 	}
+}
+
+// streamMsgs returns how many messages stream holds.
+func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }
 
 // waitHandled waits until the receivers recording in l have handled n
@@ -584,7 +582,7 @@ func TestCluster_ConsumerLeaderChanges(t *testing.T) {
 // messages, a batch of 500 sent before each step-down: an ack metric
 // published while the stream has no leader is not captured, and the
 // monitor's core NATS intake must record it, so every message ends ACK in
-// the ledger and none stays pending.
+// the ledger, from its event (none inferred), and none stays pending.
 func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
 	const (
 		batch     = 500
@@ -594,7 +592,9 @@ func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
 	r := newLeaderChanges(t, "eventstep")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	_, st := r.monitor(t, ctx, ackmonitor.Config{})
+	mon, st := r.monitor(t, ctx, ackmonitor.Config{})
+	metrics := httptest.NewServer(mon.Handler())
+	t.Cleanup(metrics.Close)
 
 	sender := r.agent(t, "sender")
 	for range stepDowns {
@@ -633,6 +633,12 @@ func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
 		}
 		return nil
 	})
+	// Every ACK came with its ack metric: none was inferred from the
+	// consumer's ack floor (which would hide events lost on both paths).
+	inferred, err := metricstest.Value(metrics.URL+"/metrics", `ackmonitor_inferred_acks_total{agent="worker",priority="normal"}`)
+	if err != nil || inferred != 0 {
+		t.Errorf("%v ACKs inferred (%v); want every ACK recorded from its event", inferred, err)
+	}
 	t.Logf("%d of %d handled at the last step-down; ledger: %d ACK, %d pending", handledAtLast, total, acked, pending)
 }
 
@@ -708,18 +714,10 @@ func TestCluster_DeadLettersAcrossDLQStreamLeaderChanges(t *testing.T) {
 	}
 
 	// The DLQ holds each rejected message once, under its original id.
-	stream, err := r.js.Stream(ctx, r.scheme.DLQStream())
-	if err != nil {
-		t.Fatal(err)
+	if n := streamMsgs(t, ctx, r.js, r.scheme.DLQStream()); n != total {
+		t.Fatalf("the DLQ holds %d messages; want %d", n, total)
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != total {
-		t.Fatalf("the DLQ holds %d messages; want %d", info.State.Msgs, total)
-	}
-	dlq, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	dlq, err := r.js.OrderedConsumer(ctx, r.scheme.DLQStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
