@@ -37,9 +37,11 @@
 // messages the consumer has acked, terminated or exhausted: with no TERM
 // or MAX_DELIVERIES recorded they were acked. At the second look, with the
 // events consumer drained, it records an inferred ACK (no ack time, no
-// acknowledged_at; counted in ackmonitor_inferred_acks_total), so counts
-// stay exact at any sampling and after events were lost on both paths. A
-// real event that arrives later still decides the row.
+// acknowledged_at; counted in ackmonitor_inferred_acks_total), so the
+// counts of direct messages stay exact at any sampling and after events
+// were lost on both paths. A real event that arrives later still decides
+// the row. Topic and broadcast rows appear only with a first event, so an
+// unsampled ACK of one leaves no row to infer.
 //
 // # The ledger and the rates
 //

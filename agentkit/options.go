@@ -366,8 +366,9 @@ func WithDedupWindow(d time.Duration) Option {
 // WithSampleFrequency sets the consumers' ack sampling for the ack monitor:
 // "100" (every ack, the default: exact ack times) down to "0" or "0%".
 // NAK, TERM and MAX_DELIVERIES advisories are exact at any sampling; the
-// monitor infers the ACKs it is not told of from the consumers' ack
-// floors, without ack times and up to a minute late.
+// monitor infers the ACKs of direct messages it is not told of from the
+// consumers' ack floors, without ack times and up to a minute late, while
+// unsampled ACKs of topic and broadcast messages go uncounted.
 func WithSampleFrequency(freq string) Option {
 	return optionFunc(func(o *options) error {
 		v := strings.TrimSuffix(freq, "%")
