@@ -95,4 +95,7 @@ var migrations = []string{
 		reason            TEXT NOT NULL DEFAULT '',
 		updated_at        BIGINT NOT NULL
 	);`,
+	// 2: unresolved rows in key order, for Store.Pending (the monitor's
+	// inferred ACKs); idx_ack_status would sort every pending row per page.
+	`CREATE INDEX idx_ack_pending ON message_acknowledgments (stream_seq, consumer) WHERE ack_status IS NULL;`,
 }

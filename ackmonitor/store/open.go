@@ -40,7 +40,7 @@ func OpenSQLite(ctx context.Context, path string) (Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
 	}
-	return newSQLStore(ctx, db, dialect{name: "sqlite", serialWrites: true})
+	return newSQLStore(ctx, db, dialect{name: "sqlite", serialWrites: true, pendingIndex: " INDEXED BY idx_ack_pending"})
 }
 
 // OpenPostgres connects to PostgreSQL with dsn (a URL or key=value string;

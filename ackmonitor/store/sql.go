@@ -28,6 +28,10 @@ type dialect struct {
 	// serialWrites: take a process-wide mutex around write transactions
 	// (SQLite allows one writer).
 	serialWrites bool
+	// pendingIndex makes Pending read idx_ack_pending (SQLite's planner,
+	// without statistics, takes idx_ack_status and sorts every pending row
+	// for each page).
+	pendingIndex string
 }
 
 // sqlStore implements [Store] over database/sql for both dialects.
@@ -724,9 +728,10 @@ func (s *sqlStore) Pending(ctx context.Context, after Key, limit int) ([]Record,
 	if limit <= 0 {
 		limit = 100
 	}
-	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments WHERE ack_status IS NULL
-		AND (stream_seq > ? OR stream_seq = ? AND consumer > ?) ORDER BY stream_seq, consumer LIMIT ?`,
-		int64(after.StreamSeq), int64(after.StreamSeq), after.Consumer, limit)
+	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments`+s.d.pendingIndex+`
+		WHERE ack_status IS NULL AND (stream_seq, consumer) > (?, ?)
+		ORDER BY stream_seq, consumer LIMIT ?`,
+		int64(after.StreamSeq), after.Consumer, limit)
 }
 
 func (s *sqlStore) PendingFollowUps(ctx context.Context, limit int) ([]Record, error) {
