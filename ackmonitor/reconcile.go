@@ -64,7 +64,9 @@ func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}
 	now := time.Now().UTC()
 	next := map[store.Key]struct{}{}
 	var inferred []store.Event
-	for after := (store.Key{}); ; {
+	// Rows below the stream's first sequence cannot be inferred (below):
+	// the pages start there.
+	for after := (store.Key{StreamSeq: max(mesh.State.FirstSeq, 1) - 1}); ; {
 		recs, err := m.cfg.Store.Pending(ctx, after, reconcilePage)
 		if err != nil {
 			return suspects, err
