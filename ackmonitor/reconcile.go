@@ -103,8 +103,10 @@ func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}
 			return next, err
 		}
 		m.recorded(applied)
-		for _, e := range applied.NewEvents {
-			m.metrics.inferred.WithLabelValues(e.Receiver, e.Priority).Inc()
+		for _, r := range applied.Resolved {
+			if r.Status == store.StatusACK && r.AcknowledgedAt.IsZero() { // resolved by its inferred ACK
+				m.metrics.inferred.WithLabelValues(r.Receiver, r.Priority).Inc()
+			}
 		}
 		inferred = inferred[n:]
 	}
