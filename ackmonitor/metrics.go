@@ -87,7 +87,7 @@ func (m *metrics) observe(a store.Applied) {
 		if r.Timeouts > 0 {
 			m.timeouts.WithLabelValues(r.Receiver, r.Priority).Add(float64(r.Timeouts))
 		}
-		if r.Status == store.StatusACK && !r.AcknowledgedAt.IsZero() { // inferred ACKs have no ack time
+		if r.Status == store.StatusACK && !r.InferredAck() { // inferred ACKs have no ack time
 			m.ackTime.WithLabelValues(r.Receiver, r.Priority).Observe(r.ProcessingTime.Seconds())
 			if l := r.Latency(); l > 0 {
 				m.latency.WithLabelValues(r.Receiver, r.Priority).Observe(l.Seconds())

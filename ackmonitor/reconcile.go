@@ -104,7 +104,7 @@ func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}
 		}
 		m.recorded(applied)
 		for _, r := range applied.Resolved {
-			if r.Status == store.StatusACK && r.AcknowledgedAt.IsZero() { // resolved by its inferred ACK
+			if r.InferredAck() {
 				m.metrics.inferred.WithLabelValues(r.Receiver, r.Priority).Inc()
 			}
 		}

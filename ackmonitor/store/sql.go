@@ -494,7 +494,7 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 				return err
 			}
 			var proc, status any
-			if r.Status == StatusACK && !r.AcknowledgedAt.IsZero() { // not an inferred ACK
+			if r.Status == StatusACK && !r.InferredAck() {
 				proc = float64(r.ProcessingTime) / float64(time.Millisecond)
 			}
 			if r.Status != StatusPending {

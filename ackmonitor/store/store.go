@@ -136,6 +136,10 @@ func (r *Record) Latency() time.Duration {
 	return r.AcknowledgedAt.Sub(r.SentAt)
 }
 
+// InferredAck reports whether an inferred ACK (Event.Inferred) decided the
+// row: an ACK without acknowledged_at.
+func (r *Record) InferredAck() bool { return r.Status == StatusACK && r.AcknowledgedAt.IsZero() }
+
 // Final reports whether the row has its final status.
 func (r *Record) Final() bool { return r.Status != StatusPending }
 
