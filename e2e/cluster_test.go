@@ -387,24 +387,27 @@ func (r *leaderChanges) worker(t *testing.T, ctx context.Context, opts ...agentk
 	return a, l
 }
 
-// stepDownRepeatedly steps the leader of stream down at once and then
-// every 250ms, up to times times, until the returned stop is called, and
-// calls each (unless nil) after every step-down; stop returns how many
-// succeeded. Call stop before the test ends.
-func (r *leaderChanges) stepDownRepeatedly(ctx context.Context, stream string, times int, each func()) (stop func() int) {
+// stepDownRepeatedly asks api (a stream or consumer leader step-down
+// subject) to move a leader at once and then every 250ms, up to times
+// times, until the returned stop is called. After each step-down it
+// records progress() (0 when progress is nil), what the test had done by
+// then; stop returns those records, one per step-down. Call stop before
+// the test ends.
+func (r *leaderChanges) stepDownRepeatedly(ctx context.Context, api string, times int, progress func() int64) (stop func() []int64) {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan int, 1)
+	done := make(chan []int64, 1)
 	go func() {
-		n := 0
-		defer func() { done <- n }()
+		var at []int64
+		defer func() { done <- at }()
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
-		for n < times {
-			if stepDown(r.admin, subjects.API("STREAM", "LEADER", "STEPDOWN", stream)) == nil {
-				n++
-				if each != nil {
-					each()
+		for len(at) < times {
+			if stepDown(r.admin, api) == nil {
+				var n int64
+				if progress != nil {
+					n = progress()
 				}
+				at = append(at, n)
 			}
 			select {
 			case <-ctx.Done():
@@ -413,11 +416,11 @@ func (r *leaderChanges) stepDownRepeatedly(ctx context.Context, stream string, t
 			}
 		}
 	}()
-	var stepDowns int
+	var at []int64
 	var once sync.Once
-	return func() int {
-		once.Do(func() { cancel(); stepDowns = <-done })
-		return stepDowns
+	return func() []int64 {
+		once.Do(func() { cancel(); at = <-done })
+		return at
 	}
 }
 
@@ -479,7 +482,7 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 
 	// Step the leader down every 250ms while the sender sends, at most
 	// maxStepDowns times.
-	stopStepping := r.stepDownRepeatedly(ctx, r.scheme.Stream(), maxStepDowns, nil)
+	stopStepping := r.stepDownRepeatedly(ctx, subjects.API("STREAM", "LEADER", "STEPDOWN", r.scheme.Stream()), maxStepDowns, nil)
 	defer stopStepping()
 	payload := json.RawMessage(`{"data":"` + fmt.Sprintf("%02000d", 0) + `"}`)
 	sent := 0
@@ -487,7 +490,7 @@ func TestCluster_FastBatchAcrossLeaderChanges(t *testing.T) {
 		sendWork(t, ctx, sender, batch, payload)
 		sent += batch
 	}
-	stepDowns := stopStepping()
+	stepDowns := len(stopStepping())
 	st := sender.Stats()
 	t.Logf("sent %d messages across %d leader step-downs: %d in fast batches, %d fell back to one-by-one publishing, %d publish retries",
 		sent, stepDowns, st.FastBatched, st.FastBatchFallbacks, st.PublishRetries)
@@ -554,23 +557,20 @@ func TestCluster_ConsumerLeaderChanges(t *testing.T) {
 	}))
 	consumer, _ := r.scheme.Consumer("worker", string(agentkit.PriorityNormal))
 
-	// Step the consumer's leader down every 200ms while the receiver works.
-	var handledAtLast int64
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; n < maxStepDowns && l.unique.Load() < total; {
-		<-tick.C
-		if stepDown(r.admin, subjects.API("CONSUMER", "LEADER", "STEPDOWN", r.scheme.Stream(), consumer)) == nil {
-			n++
-			handledAtLast = l.unique.Load()
-		}
-	}
+	// Once the receiver has handled a message, step the consumer's leader
+	// down while it works, noting how many messages were handled at each
+	// step-down.
+	waitHandled(t, l, 1)
+	stop := r.stepDownRepeatedly(ctx, subjects.API("CONSUMER", "LEADER", "STEPDOWN", r.scheme.Stream(), consumer), maxStepDowns,
+		l.unique.Load)
+	defer stop()
 	waitHandled(t, l, total)
+	handledAt := stop()
 	waitSettled(t, ctx, recv)
-	t.Logf("%d of %d handled at the last step-down; %d handled on a redelivery, %d redeliveries of handled messages absorbed, %d missed-heartbeat re-pulls",
-		handledAtLast, total, l.redeliveredSeen.Load(), recv.Stats().Outcomes[agentkit.OutcomeDuplicate], missedHeartbeats.Load())
-	if handledAtLast == total {
-		t.Errorf("the receiver handled everything before the last step-down: the test moved no leader under load")
+	t.Logf("handled at each step-down: %v of %d; %d handled on a redelivery, %d redeliveries of handled messages absorbed, %d missed-heartbeat re-pulls",
+		handledAt, total, l.redeliveredSeen.Load(), recv.Stats().Outcomes[agentkit.OutcomeDuplicate], missedHeartbeats.Load())
+	if !slices.ContainsFunc(handledAt, func(n int64) bool { return n > 0 && n < total }) {
+		t.Errorf("handled at each step-down: %v of %d; the test moved no leader under load", handledAt, total)
 	}
 	if d := l.dups.Load(); d != 0 {
 		t.Errorf("%d handler calls saw a message id already handled", d)
@@ -612,7 +612,7 @@ func TestCluster_MonitorAcrossEventsStreamLeaderChanges(t *testing.T) {
 		})
 		handledAt = append(handledAt, l.unique.Load())
 	}
-	if !slices.ContainsFunc(handledAt, func(n int64) bool { return n < total }) {
+	if !slices.ContainsFunc(handledAt, func(n int64) bool { return n > 0 && n < total }) {
 		t.Fatalf("handled at each step-down: %v of %d; the test moved no leader under load", handledAt, total)
 	}
 	waitHandled(t, l, total)
@@ -685,16 +685,12 @@ func TestCluster_DeadLettersAcrossDLQStreamLeaderChanges(t *testing.T) {
 		}
 		return err
 	})
-	var mu sync.Mutex
-	var at []int
-	stop := r.stepDownRepeatedly(ctx, r.scheme.DLQStream(), stepDowns, func() {
+	stop := r.stepDownRepeatedly(ctx, subjects.API("STREAM", "LEADER", "STEPDOWN", r.scheme.DLQStream()), stepDowns, func() int64 {
 		n, err := metricstest.Value(metrics.URL+"/metrics", series)
 		if err != nil {
 			t.Error(err)
 		}
-		mu.Lock()
-		at = append(at, int(n))
-		mu.Unlock()
+		return int64(n)
 	})
 	defer stop()
 	natstest.WaitFor(t, 60*time.Second, func() error {
@@ -707,10 +703,8 @@ func TestCluster_DeadLettersAcrossDLQStreamLeaderChanges(t *testing.T) {
 		}
 		return nil
 	})
-	stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.ContainsFunc(at, func(n int) bool { return n > 0 && n < total }) {
+	at := stop()
+	if !slices.ContainsFunc(at, func(n int64) bool { return n > 0 && n < total }) {
 		t.Fatalf("dead-lettered messages at each step-down: %v of %d; the test moved no leader while the monitor dead-lettered", at, total)
 	}
 
