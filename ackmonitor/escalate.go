@@ -127,10 +127,10 @@ func directorAt(ctx context.Context, kv jetstream.KeyValue, key string) (string,
 // runs only while this instance is active; rows stay pending in the store
 // until done, so a restart or a failover resumes where it stopped.
 //
-// After a takeover (another instance held the pin) with events still in
-// flight to the previous instance (it died, or its pull request was still
-// open on the server when it did), it starts only AckWait later, when
-// those events have come back: a row followed up before would be
+// After a takeover or a restart with events still held by the previous
+// pin holder (fetched and never acked: it died, or its pull request was
+// still open on the server when it did), it starts only AckWait later,
+// when those events have come back: a row followed up before would be
 // escalated with part of its history, e.g. a NAK counted as a timeout.
 func (m *Monitor) followUpLoop(ctx context.Context) {
 	t := time.NewTicker(max(m.cfg.EvaluateInterval, time.Second))

@@ -11,6 +11,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // Two instances share the pinned consumers: one is active; killing it
@@ -106,13 +107,26 @@ func testFailover(t *testing.T, kind storeKind) {
 	}
 }
 
-// A standby that takes over from an instance that died holding fetched,
-// unacked events waits AckWait before following up, so a message
-// exhausted meanwhile is escalated with the history the dead instance
-// never wrote. Here that is the NAK of the first delivery: without the
-// wait the escalation would count one NAK of two.
+// An instance that takes over from one that died holding fetched, unacked
+// events waits AckWait before following up, so a message exhausted
+// meanwhile is escalated with the history the dead instance never wrote.
+// Here that is the NAK of the first delivery: without the wait the
+// escalation would count one NAK of two. The wait must not depend on the
+// new instance having seen the dead one's pin: a standby started late, or
+// the same monitor restarted, may see it only after the pin expired.
 func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 	t.Parallel()
+	t.Run("standby", func(t *testing.T) {
+		t.Parallel()
+		testTakeoverWaits(t, false)
+	})
+	t.Run("restart after the pin expired", func(t *testing.T) {
+		t.Parallel()
+		testTakeoverWaits(t, true)
+	})
+}
+
+func testTakeoverWaits(t *testing.T, restart bool) {
 	m, st, dir, twoDeliveries := takeoverMesh(t)
 	ctx := testCtx(t)
 	second := make(chan struct{}) // opens the second (last) delivery
@@ -130,16 +144,19 @@ func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 	client := m.agent("client", nil)
 
 	// AckWait well above the takeover time (PinnedTTL plus two status
-	// checks), so the held events come back long after the standby is
-	// active and the message is exhausted.
+	// checks), so the held events come back long after the new instance
+	// is active and the message is exhausted.
 	cfg := fastConfig(st)
-	cfg.AckWait = 4 * time.Second
+	cfg.AckWait = 6 * time.Second
 	holder := &holdingStore{Store: st, holding: make(chan struct{}), release: make(chan struct{})}
 	cfgA := cfg
 	cfgA.Store = holder
 	a := startMonitor(t, m.s, cfgA)
 	eventually(t, 20*time.Second, "the first instance active", a.Active)
-	b := startMonitor(t, m.s, cfg)
+	var b *running
+	if !restart {
+		b = startMonitor(t, m.s, cfg)
+	}
 
 	env, err := client.Send(ctx, "worker", "never", map[string]int{"i": 1})
 	if err != nil {
@@ -153,7 +170,18 @@ func TestHA_TakeoverWaitsForHeldEvents(t *testing.T) {
 	a.nc.Close() // a crash as the server sees it, with the NAK fetched and never acked
 	close(holder.release)
 	a.stop()
-	eventually(t, 20*time.Second, "the standby takes over", b.Active)
+	if restart {
+		events, err := m.jetstream().Consumer(ctx, subjects.Default.EventsStream(), "ackmonitor_events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "the dead instance's pin expired", func() bool {
+			info, err := events.Info(ctx)
+			return err == nil && len(info.PriorityGroups) == 1 && info.PriorityGroups[0].PinnedClientID == "" && info.NumAckPending > 0
+		})
+		b = startMonitor(t, m.s, cfg)
+	}
+	eventually(t, 20*time.Second, "the new instance takes over", b.Active)
 	close(second)
 
 	eventually(t, 30*time.Second, "the escalation", func() bool { return len(dir.list()) > 0 })

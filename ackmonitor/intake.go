@@ -162,9 +162,6 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 				m.eventPin.Store(pin)
 			}
 		}
-		if isEvents {
-			m.eventsHeld.Store(int64(len(msgs)))
-		}
 		b := toBatch(msgs)
 		applied, err := m.apply(ctx, b.Batch)
 		if isEvents {
@@ -244,6 +241,9 @@ func (m *Monitor) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstre
 	var msgs []jetstream.Msg
 	for msg := range batch.Messages() {
 		msgs = append(msgs, msg)
+		if cons == m.events {
+			m.eventsHeld.Add(1) // as it arrives: a status check may come before the batch is complete
+		}
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
 		return msgs, err

@@ -41,7 +41,10 @@ type Monitor struct {
 	// followUpLoop.
 	followUpAt atomic.Int64
 	eventsHeld atomic.Int64 // events this instance fetched and has not yet acked
-	otherPin   bool         // refreshStatus saw another instance pinned since this one was last active; statusLoop only
+	// othersHeld is the fewest events held by others (fetched, not acked,
+	// not by this instance) that refreshStatus saw since this instance was
+	// pinned; statusLoop only.
+	othersHeld int64
 	lastPull   atomic.Int64 // UnixNano when the events intake last sent a pull request
 	pinnedAt   time.Time    // when refreshStatus first saw this instance pinned; statusLoop only
 	ready      chan struct{}
@@ -228,8 +231,9 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	active := false
-	var eventsPending int64 // fetched from the events consumer by anyone, not yet acked
+	var eventsPending int64 // fetched from the events consumer by others, not yet acked
 	for _, c := range []jetstream.Consumer{m.events, m.sends} {
+		heldBefore := m.eventsHeld.Load()
 		info, err := c.Info(ctx)
 		if err != nil {
 			// An instance that cannot reach the server cannot know it is
@@ -243,7 +247,10 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		if c != m.events {
 			continue
 		}
-		eventsPending = int64(info.NumAckPending) - m.eventsHeld.Load()
+		// The info may or may not count a batch fetched or acked while it
+		// was on its way: subtracting the smaller count errs on the side
+		// of waiting.
+		eventsPending = int64(info.NumAckPending) - min(heldBefore, m.eventsHeld.Load())
 		pin, pinned := m.eventPin.Load().(string), ""
 		for _, g := range info.PriorityGroups {
 			if g.Group == m.cfg.PriorityGroup {
@@ -253,9 +260,7 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		switch {
 		case pin != "" && pinned == pin:
 			active = true
-		case pinned != "":
-			m.otherPin = true
-		case info.NumPending == 0:
+		case pinned == "" && info.NumPending == 0:
 			// Nobody is pinned and no event is on its way to pin anyone:
 			// a quiet mesh after a takeover or a restart, where follow-ups
 			// would wait for the next event.
@@ -269,10 +274,11 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 	case !active:
 		m.pinnedAt = time.Time{}
 	case m.pinnedAt.IsZero():
-		m.pinnedAt = time.Now()
+		m.pinnedAt, m.othersHeld = time.Now(), eventsPending
 		active = false
-	case time.Since(m.pinnedAt) < 2*m.cfg.StatusInterval:
-		active = false
+	default:
+		m.othersHeld = min(m.othersHeld, eventsPending)
+		active = time.Since(m.pinnedAt) >= 2*m.cfg.StatusInterval
 	}
 	if active {
 		m.activeAt.Store(time.Now().UnixNano())
@@ -281,14 +287,16 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		m.cfg.Logger.Info("ack monitor role changed", "id", m.cfg.MonitorID, "active", active)
 		if active {
 			from := time.Now()
-			if m.otherPin && eventsPending > 0 {
-				// A takeover: events the previous instance fetched and
+			if m.othersHeld > 0 {
+				// Events fetched by an instance that held the pin before
+				// (another one, or this process's previous run) and
 				// never acked come back after AckWait; until then rows
-				// may lack them.
+				// may lack them. Only the pinned instance is sent events,
+				// so a count that stayed above zero at every check since
+				// this one was pinned is not its own.
 				from = from.Add(m.cfg.AckWait)
-				m.cfg.Logger.Info("follow-ups wait for a previous instance's events", "in_flight", eventsPending, "until", from)
+				m.cfg.Logger.Info("follow-ups wait for a previous instance's events", "in_flight", m.othersHeld, "until", from)
 			}
-			m.otherPin = false
 			m.followUpAt.Store(from.UnixNano())
 			m.wake()
 		}
