@@ -2,10 +2,14 @@ package ackmonitor_test
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
@@ -86,4 +90,84 @@ func TestFollowUp_RetriesUntilTheDLQTakesIt(t *testing.T) {
 	if got := msg.Header.Get(ackmonitor.HeaderDLQOriginalID); got != env.MessageID {
 		t.Errorf("the dead letter's original id is %q; want %q", got, env.MessageID)
 	}
+}
+
+// TestFollowUp_RetriedAfterItsCopyStoresEachOnce fails the ledger write
+// that completes a follow-up, after its dead-letter copy and escalation
+// were stored: an instance dying at that point, or a lost publish ack. The
+// retries publish both again under the same message ids, and the streams
+// keep one of each.
+func TestFollowUp_RetriedAfterItsCopyStoresEachOnce(t *testing.T) {
+	t.Parallel()
+	m, st, dir, twoDeliveries := takeoverMesh(t)
+	ctx := testCtx(t)
+	m.agent("worker", map[string]agentkit.HandlerFunc{
+		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(20 * time.Millisecond) },
+	}, twoDeliveries)
+	failing := &failingCompletions{Store: st}
+	failing.left.Store(2)
+	mon := startMonitor(t, m.s, fastConfig(failing))
+	metrics := httptest.NewServer(mon.Handler())
+	t.Cleanup(metrics.Close)
+
+	env, err := m.agent("client", nil).Send(ctx, "worker", "never", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the row recording its dead letter", func() bool {
+		recs, err := st.Messages(ctx, store.Query{DeadLetter: true})
+		return err == nil && len(recs) == 1
+	})
+	if left := failing.left.Load(); left > 0 {
+		t.Fatalf("%d failed completions left; the follow-up was not retried", left)
+	}
+	js := m.jetstream()
+	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlqInfo, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toDirector, err := subjects.Default.DirectFilter("director", string(agentkit.PriorityHigh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mesh, err := js.Stream(ctx, subjects.Default.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	meshInfo, err := mesh.Info(ctx, jetstream.WithSubjectFilter(toDirector))
+	if err != nil {
+		t.Fatal(err)
+	}
+	escalations := uint64(0)
+	for _, n := range meshInfo.State.Subjects {
+		escalations += n
+	}
+	deadLetters, err := metricstest.Value(metrics.URL+"/metrics", `ackmonitor_dead_letters_total{agent="worker",priority="normal"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dlqInfo.State.Msgs != 1 || escalations != 1 || deadLetters != 1 {
+		t.Fatalf("after 3 tries: %d dead letters stored, %d escalations, %v counted; want one of each", dlqInfo.State.Msgs, escalations, deadLetters)
+	}
+	eventually(t, 20*time.Second, "the escalation", func() bool { return len(dir.list()) > 0 })
+	if esc := dir.list()[0]; esc.MessageID != env.MessageID {
+		t.Fatalf("escalation of %s, want %s", esc.MessageID, env.MessageID)
+	}
+}
+
+// failingCompletions fails the first left CompleteFollowUp calls.
+type failingCompletions struct {
+	store.Store
+	left atomic.Int32
+}
+
+func (s *failingCompletions) CompleteFollowUp(ctx context.Context, f store.FollowUp) error {
+	if s.left.Add(-1) >= 0 {
+		return errors.New("instance dying")
+	}
+	return s.Store.CompleteFollowUp(ctx, f)
 }
