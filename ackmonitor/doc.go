@@ -114,7 +114,11 @@
 // it an event, so an instance that finds nobody pinned and no event
 // waiting publishes a wake-up the events stream captures
 // ([subjects.Scheme.MonitorWake]): a restart or takeover in a quiet mesh
-// still follows up what the previous instance left. Several instances need
+// still follows up what the previous instance left. An instance that
+// becomes active while events a previous holder fetched are still unacked
+// (it died holding them; this process's previous run counts too) holds
+// follow-ups back for AckWait, until the server redelivers them, so no
+// message is escalated with part of its history. Several instances need
 // a shared store: PostgreSQL, or one SQLite file on one host.
 //
 // # HTTP
