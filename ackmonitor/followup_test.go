@@ -101,9 +101,7 @@ func TestFollowUp_RetriedAfterItsCopyStoresEachOnce(t *testing.T) {
 	t.Parallel()
 	m, st, dir, twoDeliveries := takeoverMesh(t)
 	ctx := testCtx(t)
-	m.agent("worker", map[string]agentkit.HandlerFunc{
-		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(20 * time.Millisecond) },
-	}, twoDeliveries)
+	busyWorker(m, twoDeliveries)
 	failing := &failingCompletions{Store: st}
 	failing.left.Store(2)
 	mon := startMonitor(t, m.s, fastConfig(failing))

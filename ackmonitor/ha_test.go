@@ -199,9 +199,7 @@ func TestHA_QuietTakeoverFollowsUp(t *testing.T) {
 	t.Parallel()
 	m, st, dir, twoDeliveries := takeoverMesh(t)
 	ctx := testCtx(t)
-	m.agent("worker", map[string]agentkit.HandlerFunc{
-		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(20 * time.Millisecond) },
-	}, twoDeliveries)
+	busyWorker(m, twoDeliveries)
 	client := m.agent("client", nil)
 
 	cfg := fastConfig(st)
@@ -224,6 +222,14 @@ func TestHA_QuietTakeoverFollowsUp(t *testing.T) {
 	if esc := dir.list()[0]; esc.MessageID != env.MessageID || esc.Attempts != 2 {
 		t.Fatalf("escalation of %s after %d attempts, want %s after 2", esc.MessageID, esc.Attempts, env.MessageID)
 	}
+}
+
+// busyWorker starts agent "worker", whose action "never" always answers
+// busy: each delivery is NAKed until the message is exhausted.
+func busyWorker(m *mesh, opts ...agentkit.Option) {
+	m.agent("worker", map[string]agentkit.HandlerFunc{
+		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(20 * time.Millisecond) },
+	}, opts...)
 }
 
 // noFollowUps fails every PendingFollowUps: an instance that dies before
