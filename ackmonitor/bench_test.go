@@ -150,11 +150,7 @@ func benchLive(b *testing.B, kind storeKind) {
 	<-mon.Ready()
 	// A deployed monitor is active: it alone evaluates, escalates and
 	// takes events from core NATS too.
-	for deadline := time.Now().Add(time.Minute); !mon.Active(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("monitor not active after a minute")
-		}
-	}
+	eventually(b, time.Minute, "the monitor active", mon.Active)
 	cons, err := js.CreateOrUpdateConsumer(ctx, "MESH", jetstream.ConsumerConfig{Durable: "b_normal",
 		FilterSubject: "mesh.agent.b.normal.*", AckPolicy: jetstream.AckExplicitPolicy, SampleFrequency: "100", MaxAckPending: 10000})
 	if err != nil {

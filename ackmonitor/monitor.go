@@ -338,22 +338,15 @@ func everyTick(ctx context.Context, every time.Duration, f func()) {
 }
 
 func (m *Monitor) rollupLoop(ctx context.Context) {
-	t := time.NewTicker(m.cfg.RollupInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			// A last rollup so the hourly table is current at shutdown.
-			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := m.cfg.Store.Rollup(c); err != nil {
-				m.cfg.Logger.Warn("final rollup", "err", err)
-			}
-			cancel()
-			return
-		case <-t.C:
-			if err := m.cfg.Store.Rollup(ctx); err != nil && ctx.Err() == nil {
-				m.cfg.Logger.Warn("rollup", "err", err)
-			}
+	everyTick(ctx, m.cfg.RollupInterval, func() {
+		if err := m.cfg.Store.Rollup(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Warn("rollup", "err", err)
 		}
+	})
+	// A last rollup so the hourly table is current at shutdown.
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := m.cfg.Store.Rollup(c); err != nil {
+		m.cfg.Logger.Warn("final rollup", "err", err)
 	}
 }
