@@ -20,6 +20,17 @@
 // may arrive in any order (an ack metric before the send, a NAK after the
 // ACK) and replays after a monitor restart change nothing.
 //
+// # Concurrent writers
+//
+// Several transactions write at once: the monitor's intakes of events,
+// core NATS events and sends, and an instance still committing a batch
+// after another took over. SQLite has one writer at a time. PostgreSQL
+// reads rows FOR UPDATE, which cannot lock a row not created yet, so
+// [Store.Apply] first takes a transaction-scoped advisory lock per stream
+// sequence its events and topic sends touch, in sorted order; without it,
+// two transactions creating a row would each write only their own events
+// and the later commit would drop the other's.
+//
 // # Time
 //
 // Every *_at column and hour_bucket is a BIGINT of Unix microseconds (UTC)

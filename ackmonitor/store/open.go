@@ -43,6 +43,10 @@ func OpenSQLite(ctx context.Context, path string) (Store, error) {
 	return newSQLStore(ctx, db, dialect{name: "sqlite", serialWrites: true, pendingIndex: " INDEXED BY idx_ack_pending"})
 }
 
+// rowLockSpace is the first key of PostgreSQL's advisory locks on ledger
+// rows ("am" in ASCII).
+const rowLockSpace = "24941"
+
 // OpenPostgres connects to PostgreSQL with dsn (a URL or key=value string;
 // add search_path=... to use a schema other than public) and brings the
 // schema up to date. Concurrent monitors migrate one at a time (advisory
@@ -58,9 +62,12 @@ func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 		return nil, fmt.Errorf("store: open postgres: %w", err)
 	}
 	return newSQLStore(ctx, db, dialect{
-		name:          "postgres",
-		dollar:        true,
-		forUpdate:     " FOR UPDATE",
+		name:      "postgres",
+		dollar:    true,
+		forUpdate: " FOR UPDATE",
+		// Row locks live in their own space (first key), apart from the
+		// migration lock.
+		lockRows:      "SELECT pg_advisory_xact_lock(" + rowLockSpace + ", id) FROM unnest(CAST(? AS integer[])) AS id",
 		migrationLock: "SELECT pg_advisory_xact_lock(4242424242)",
 	})
 }

@@ -23,6 +23,10 @@ type dialect struct {
 	// forUpdate is appended to row reads inside Apply (row locks in
 	// PostgreSQL; SQLite's writer lock covers the whole transaction).
 	forUpdate string
+	// lockRows, if set, takes a transaction lock on each id of an array
+	// (rowLockIDs) before Apply touches any row: FOR UPDATE cannot lock a
+	// row that does not exist yet.
+	lockRows string
 	// migrationLock serialises concurrent migrations, if the database needs it.
 	migrationLock string
 	// serialWrites: take a process-wide mutex around write transactions
@@ -264,6 +268,11 @@ func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
 		out = Applied{}
 		dirty := map[bucket]struct{}{}
 		now := time.Now().UnixMicro()
+		if s.d.lockRows != "" {
+			if _, err := tx.ExecContext(ctx, s.q(s.d.lockRows), rowLockIDs(b)); err != nil {
+				return fmt.Errorf("store: lock ledger rows: %w", err)
+			}
+		}
 		if err := s.applySends(ctx, tx, b.Sends, now, dirty, &out); err != nil {
 			return err
 		}
@@ -301,6 +310,29 @@ func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
 		return Applied{}, err
 	}
 	return out, nil
+}
+
+// rowLockIDs returns the ids of the row locks a write of b takes in
+// PostgreSQL: the stream sequences (mod 2^32) of its events, whose rows
+// may not exist yet, and of its topic and broadcast sends, whose rows
+// events create; sorted, so concurrent writers cannot deadlock on them.
+// Without them, two transactions creating a row would each write only
+// their own events, and the later commit would drop the other's; and a
+// send committed between an event's read of message_sends and its insert
+// of the row would never fill in the row's send fields. (A direct send
+// inserts its row, so the row's unique key orders it with the events.)
+func rowLockIDs(b Batch) []int32 {
+	ids := make([]int32, 0, len(b.Events))
+	for _, e := range b.Events {
+		ids = append(ids, int32(uint32(e.StreamSeq)))
+	}
+	for _, snd := range b.Sends {
+		if snd.Consumer() == "" {
+			ids = append(ids, int32(uint32(snd.StreamSeq)))
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
 // applySends records new sends and creates (or completes) their ledger

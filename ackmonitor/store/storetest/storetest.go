@@ -6,6 +6,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ func Run(t *testing.T, db Database) {
 	}{
 		{"OutcomesFromHistory", testOutcomes},
 		{"OutOfOrderAndReplays", testOutOfOrder},
+		{"ConcurrentWritersLoseNothing", testConcurrentWriters},
 		{"TopicFansOutPerConsumer", testTopic},
 		{"RatesWindowAndSeries", testRates},
 		{"HourlyRollup", testHourly},
@@ -215,6 +217,66 @@ func testOutOfOrder(t *testing.T, s store.Store) {
 	a := mustApply(t, s, store.Batch{Events: []store.Event{e, e}})
 	if len(a.NewEvents) != 1 || get(t, s, 8, "b_normal").Naks != 1 {
 		t.Fatalf("duplicate in batch applied %d", len(a.NewEvents))
+	}
+}
+
+// Writers apply at once (the monitor's event, core NATS and send intakes,
+// and an instance still finishing a write after a takeover): events that
+// reach the same row in different transactions all stay in its history,
+// also when the row does not exist yet, and every row gets its send's
+// fields. The first half are direct messages to b, the second half
+// messages on a topic b subscribes to.
+func testConcurrentWriters(t *testing.T, s store.Store) {
+	const writers, rows, batch = 4, 400, 50
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers+1)
+	for w := range writers {
+		wg.Go(func() {
+			for first := uint64(1); first <= rows; first += batch {
+				var b store.Batch
+				for seq := first; seq < first+batch; seq++ {
+					b.Events = append(b.Events, ev(store.EventNak, seq, "b_normal", uint64(w+1), base.Add(time.Duration(w)*time.Millisecond)))
+				}
+				if _, err := s.Apply(ctx(t), b); err != nil {
+					errs <- fmt.Errorf("writer %d: %w", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for first := uint64(1); first <= rows; first += batch {
+			var b store.Batch
+			for seq := first; seq < first+batch; seq++ {
+				snd := send(seq, "a", "b", base)
+				if seq > rows/2 {
+					snd.Receiver, snd.Topic, snd.Kind = "", "news", "topic"
+				}
+				b.Sends = append(b.Sends, snd)
+			}
+			if _, err := s.Apply(ctx(t), b); err != nil {
+				errs <- fmt.Errorf("sends: %w", err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	lost := 0
+	for seq := uint64(1); seq <= rows; seq++ {
+		r := get(t, s, seq, "b_normal")
+		if r.Naks != writers || len(r.History) != writers || r.Sender != "a" {
+			if lost++; lost <= 3 {
+				t.Errorf("row %d: %d NAKs, %d events in its history, sender %q; want %d, %d and \"a\"", seq, r.Naks, len(r.History), r.Sender, writers, writers)
+			}
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d rows lost an event or their send", lost, rows)
 	}
 }
 
