@@ -130,8 +130,10 @@ func directorAt(ctx context.Context, kv jetstream.KeyValue, key string) (string,
 // After a takeover or a restart with events still held by the previous
 // pin holder (fetched and never acked: it died, or its pull request was
 // still open on the server when it did), it starts only AckWait later,
-// when those events have come back: a row followed up before would be
-// escalated with part of its history, e.g. a NAK counted as a timeout.
+// when the server has redelivered those events, and once the events
+// intake has written them: it waits for a batch whose pull went out after
+// that time. A row followed up before would be escalated with part of its
+// history, e.g. a NAK counted as a timeout.
 func (m *Monitor) followUpLoop(ctx context.Context) {
 	t := time.NewTicker(max(m.cfg.EvaluateInterval, time.Second))
 	defer t.Stop()
@@ -142,7 +144,7 @@ func (m *Monitor) followUpLoop(ctx context.Context) {
 		case <-m.kick:
 		case <-t.C:
 		}
-		if !m.Active() || time.Now().UnixNano() < m.followUpAt.Load() {
+		if !m.Active() || m.eventsThrough.Load() < m.followUpAt.Load() {
 			continue
 		}
 		for ctx.Err() == nil {

@@ -141,7 +141,9 @@ func (m *Monitor) sendsBatch(msgs []jetstream.Msg) intakeBatch {
 func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) intakeBatch) {
 	isEvents := cons == m.events
 	for ctx.Err() == nil {
-		msgs, err := m.fetch(ctx, cons)
+		pulled := time.Now().UnixNano()
+		msgs, err := m.fetch(cons)
+		whole := err == nil // msgs is all the pull brought
 		if err != nil && len(msgs) > 0 {
 			m.cfg.Logger.Warn("fetch ended early", "consumer", cons.CachedInfo().Name, "n", len(msgs), "err", err)
 		} else if err != nil {
@@ -155,6 +157,9 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 			continue
 		}
 		if len(msgs) == 0 {
+			if isEvents {
+				m.eventsThrough.Store(pulled)
+			}
 			continue
 		}
 		if isEvents {
@@ -180,6 +185,9 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 		}
 		for _, k := range b.kinds {
 			m.metrics.events.WithLabelValues(k).Inc()
+		}
+		if isEvents && whole {
+			m.eventsThrough.Store(pulled)
 		}
 		m.applied.Add(uint64(len(msgs)))
 		m.metrics.batches.Inc()
@@ -227,14 +235,16 @@ func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, erro
 }
 
 // fetch returns the next batch: up to BatchSize messages, waiting at most
-// FetchWait for them.
-func (m *Monitor) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+// FetchWait for them. The pull ends when the server says it expired, not
+// at a client deadline: a message the server delivered just before its
+// expiry would arrive after such a deadline and be dropped, unacked, so
+// it came back only after AckWait (under load, a takeover's follow-ups
+// then missed a redelivered NAK). A shutdown waits for the pull to end.
+func (m *Monitor) fetch(cons jetstream.Consumer) ([]jetstream.Msg, error) {
 	if cons == m.events {
 		m.lastPull.Store(time.Now().UnixNano())
 	}
-	fctx, cancel := context.WithTimeout(ctx, m.cfg.FetchWait)
-	defer cancel()
-	batch, err := cons.Fetch(m.cfg.BatchSize, jetstream.FetchContext(fctx), jetstream.FetchPriorityGroup(m.cfg.PriorityGroup))
+	batch, err := cons.Fetch(m.cfg.BatchSize, jetstream.FetchMaxWait(m.cfg.FetchWait), jetstream.FetchPriorityGroup(m.cfg.PriorityGroup))
 	if err != nil {
 		return nil, err
 	}
@@ -245,10 +255,7 @@ func (m *Monitor) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstre
 			m.eventsHeld.Add(1) // as it arrives: a status check may come before the batch is complete
 		}
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return msgs, err
-	}
-	return msgs, nil
+	return msgs, batch.Error() // nil when the pull expired
 }
 
 func sleep(ctx context.Context, d time.Duration) {

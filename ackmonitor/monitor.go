@@ -41,6 +41,10 @@ type Monitor struct {
 	// followUpLoop.
 	followUpAt atomic.Int64
 	eventsHeld atomic.Int64 // events this instance fetched and has not yet acked
+	// eventsThrough (UnixNano) is when the events intake sent the pull
+	// of its last batch written in full: every event delivered to this
+	// instance before then is in the ledger.
+	eventsThrough atomic.Int64
 	// othersHeld is the fewest events held by others (fetched, not acked,
 	// not by this instance) that refreshStatus saw since this instance was
 	// pinned; statusLoop only.
