@@ -94,11 +94,17 @@ func testFailover(t *testing.T, kind storeKind) {
 	close(killed)
 	eventually(t, 20*time.Second, "the standby takes over", standby.Active)
 	wg.Wait() // the sender is done
+	var r store.Rate
+	defer func() {
+		if t.Failed() {
+			t.Logf("ledger at the end: %+v (naks want %d)", r, naked.Load())
+		}
+	}()
 	eventually(t, 60*time.Second, "every message in the ledger", func() bool {
-		r := rateOf(t, st, "worker", "normal")
+		r = rateOf(t, st, "worker", "normal")
 		return r.Sent == n && r.Acked == n && r.Naks == naked.Load()
 	})
-	r := rateOf(t, st, "worker", "normal")
+	r = rateOf(t, st, "worker", "normal")
 	if r.Sent != n || r.Acked != n || r.Naks != naked.Load() || r.Pending != 0 || r.Nacked != 0 || r.TimedOut != 0 {
 		t.Fatalf("after failover: %+v (naks want %d)", r, naked.Load())
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -118,6 +119,9 @@ func startMonitor(t *testing.T, s *server.Server, cfg ackmonitor.Config) *runnin
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Logger == nil { // shown when the test fails
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	}
 	m, err := ackmonitor.New(nc, cfg)
 	if err != nil {
