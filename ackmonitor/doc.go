@@ -117,9 +117,11 @@
 // still follows up what the previous instance left. An instance that
 // becomes active while events a previous holder fetched are still unacked
 // (it died holding them; this process's previous run counts too) holds
-// follow-ups back for AckWait, until the server redelivers them, so no
-// message is escalated with part of its history. Several instances need
-// a shared store: PostgreSQL, or one SQLite file on one host.
+// follow-ups back for AckWait, until the server redelivers them, and then
+// until its intake has written them, so no message is escalated with part
+// of its history. Several instances need a shared store: PostgreSQL
+// (which writes a batch under advisory locks on its stream sequences, see
+// package store), or one SQLite file on one host.
 //
 // # HTTP
 //
