@@ -142,6 +142,9 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 	isEvents := cons == m.events
 	for ctx.Err() == nil {
 		pulled := time.Now().UnixNano()
+		if isEvents {
+			m.lastPull.Store(pulled)
+		}
 		msgs, err := m.fetch(cons)
 		whole := err == nil // msgs is all the pull brought
 		if err != nil && len(msgs) > 0 {
@@ -241,9 +244,6 @@ func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, erro
 // it came back only after AckWait (under load, a takeover's follow-ups
 // then missed a redelivered NAK). A shutdown waits for the pull to end.
 func (m *Monitor) fetch(cons jetstream.Consumer) ([]jetstream.Msg, error) {
-	if cons == m.events {
-		m.lastPull.Store(time.Now().UnixNano())
-	}
 	batch, err := cons.Fetch(m.cfg.BatchSize, jetstream.FetchMaxWait(m.cfg.FetchWait), jetstream.FetchPriorityGroup(m.cfg.PriorityGroup))
 	if err != nil {
 		return nil, err
