@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"slices"
 	"sync"
@@ -159,6 +160,9 @@ func stepDown(nc *nats.Conn, api string) error {
 // once it is ready.
 func runMonitor(t *testing.T, ctx context.Context, nc *nats.Conn, cfg ackmonitor.Config) *ackmonitor.Monitor {
 	t.Helper()
+	if cfg.Logger == nil { // shown when the test fails
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	}
 	mon, err := ackmonitor.New(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
