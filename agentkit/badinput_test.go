@@ -120,6 +120,12 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 		{"receiver with a dot", func() error { _, err := sender.Send(ctx(t), "re.cv", "work", nil); return err }, agentkit.ErrInvalidID, ""},
 		{"receiver with a wildcard", func() error { _, err := sender.Send(ctx(t), "*", "work", nil); return err }, agentkit.ErrInvalidID, ""},
 		{"topic with a space", func() error { _, err := sender.Publish(ctx(t), "my topic", "work", nil); return err }, agentkit.ErrInvalidID, ""},
+		// An empty receiver or topic would make the message a broadcast.
+		{"empty receiver", func() error { _, err := sender.Send(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
+		{"empty receiver of a request", func() error { _, err := sender.Request(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
+		{"empty receiver of SendAndWait", func() error { _, err := sender.SendAndWait(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
+		{"empty receiver of NewRequest", func() error { _, err := sender.NewRequest(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
+		{"empty topic", func() error { _, err := sender.Publish(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
 		{"empty action", func() error { _, err := sender.Send(ctx(t), "recv", "", nil); return err }, agentkit.ErrInvalidEnvelope, "action"},
 		{"unknown priority", func() error {
 			_, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority("urgent"))

@@ -382,6 +382,22 @@ func TestExpired_NeverHandled(t *testing.T) {
 	}
 }
 
+// WithTTL rounds up to whole milliseconds: a sub-millisecond ttl must not
+// become ttl_ms 0, which means no expiry.
+func TestWithTTL_RoundsUp(t *testing.T) {
+	t.Parallel()
+	sender := newMesh(t).agent("sender")
+	for ttl, want := range map[time.Duration]int64{500 * time.Microsecond: 1, 1500 * time.Microsecond: 2, 2 * time.Millisecond: 2, time.Minute: 60000} {
+		e, err := sender.NewRequest(ctx(t), "recv", "work", nil, agentkit.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.TTLMillis != want {
+			t.Errorf("WithTTL(%v): ttl_ms = %d, want %d", ttl, e.TTLMillis, want)
+		}
+	}
+}
+
 // Concurrent Send and SendBatch calls encode into recycled buffers; every
 // message must arrive with exactly the payload it was sent with.
 func TestSend_ConcurrentPayloadsIntact(t *testing.T) {

@@ -55,9 +55,15 @@ func WithFallback(capability string) SendOption { return func(o *outgoing) { o.f
 func WithPriority(p Priority) SendOption { return func(e *outgoing) { e.Priority = p } }
 
 // WithTTL sets ttl_ms: receivers drop the message, unhandled, once ttl has
-// passed since its timestamp. Default: no expiry.
+// passed since its timestamp. A positive ttl is rounded up to whole
+// milliseconds, so it never becomes 0, which means no expiry; a negative
+// one fails validation. Default: no expiry.
 func WithTTL(ttl time.Duration) SendOption {
-	return func(e *outgoing) { e.TTLMillis = ttl.Milliseconds() }
+	ms := ttl.Milliseconds()
+	if ttl > 0 && ttl%time.Millisecond != 0 {
+		ms++
+	}
+	return func(e *outgoing) { e.TTLMillis = ms }
 }
 
 // WithCorrelationID sets correlation_id. Default: the message's own id.
@@ -122,6 +128,29 @@ func (a *Agent) compose(ctx context.Context, t MessageType, action string, paylo
 	return o, nil
 }
 
+// composeTo composes a request (or, with [WithMessageType], another type)
+// to agent to. An empty or invalid id is an [ErrInvalidID]: an empty
+// receiver would otherwise make the message a broadcast.
+func (a *Agent) composeTo(ctx context.Context, to, action string, payload any, opts []SendOption) (*outgoing, error) {
+	if err := validTarget("receiver_id", to); err != nil {
+		return nil, err
+	}
+	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	o.ReceiverID = to
+	return o, nil
+}
+
+// validTarget checks an agent id or topic passed to the API.
+func validTarget(field, v string) error {
+	if err := subjects.ValidateToken(field, v); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	return nil
+}
+
 type handlingKey struct{}
 
 // withHandling marks ctx as belonging to the handling of env.
@@ -143,11 +172,10 @@ func HandledEnvelope(ctx context.Context) *Envelope { return handling(ctx) }
 // agent to and returns once the stream has stored it. It does not wait for
 // the receiver; see [Agent.Request] and [Agent.SendAndWait] for that.
 func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
+	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	o.ReceiverID = to
 	if a.BreakerState(to) == BreakerOpen {
 		if err := a.fallBack(ctx, o, &CircuitOpenError{Agent: to, State: BreakerOpen}); err != nil {
 			return nil, err
@@ -158,6 +186,9 @@ func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts .
 
 // Publish sends a notification on topic to every agent subscribed to it.
 func (a *Agent) Publish(ctx context.Context, topic, action string, payload any, opts ...SendOption) (*Envelope, error) {
+	if err := validTarget("topic", topic); err != nil {
+		return nil, err
+	}
 	o, err := a.compose(ctx, TypeNotification, action, payload, opts)
 	if err != nil {
 		return nil, err
@@ -319,11 +350,10 @@ func publishBackOff() backoff.BackOff {
 // ready for [Agent.SendEnvelope] or [Agent.SendBatch]. Inside a handler it
 // inherits the handled message's ids like [Agent.Send].
 func (a *Agent) NewRequest(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
+	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	o.ReceiverID = to
 	return o.Envelope, nil
 }
 
@@ -598,11 +628,10 @@ func remoteError(r *Envelope) error {
 // arriving after that is acked, dropped and counted as [OutcomeLateReply].
 // The agent must be started.
 func (a *Agent) Request(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
+	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	o.ReceiverID = to
 	return a.guarded(ctx, o, func(r *Envelope) bool {
 		return r.MessageType == TypeResponse || r.MessageType == TypeError || r.MessageType == TypeAck && r.Status == StatusNACK
 	}, func(r *Envelope) error {
@@ -673,11 +702,10 @@ type Ack struct {
 // message is finally handled, so ctx should allow for the retries. The
 // agent must be started.
 func (a *Agent) SendAndWait(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Ack, error) {
-	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
+	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	o.ReceiverID = to
 	o.RequiresAck = true
 	r, err := a.guarded(ctx, o, func(r *Envelope) bool { return r.MessageType == TypeAck || r.MessageType == TypeError },
 		func(r *Envelope) error {
