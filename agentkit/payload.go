@@ -58,6 +58,10 @@ func (a *Agent) offload(ctx context.Context, e *Envelope, data []byte) ([]byte, 
 	if len(data) > a.opts.maxEnvelope {
 		return nil, fmt.Errorf("%w: %d bytes, receivers accept %d", ErrPayloadTooLarge, len(data), a.opts.maxEnvelope)
 	}
+	stub, err := e.stub().Encode() // before the store, so a stub that fails leaves nothing behind
+	if err != nil {
+		return nil, err
+	}
 	store, err := a.payloads(ctx)
 	if err != nil {
 		return nil, err
@@ -65,9 +69,19 @@ func (a *Agent) offload(ctx context.Context, e *Envelope, data []byte) ([]byte, 
 	if _, err := store.PutBytes(ctx, e.MessageID, data); err != nil {
 		return nil, fmt.Errorf("agentkit: store large envelope %s: %w", e.MessageID, err)
 	}
-	stub := *e
-	stub.Payload, stub.Context, stub.Metadata, stub.Error = nil, nil, nil, nil
-	return stub.Encode()
+	return stub, nil
+}
+
+// stub returns e without the fields that can be large: payload, context,
+// metadata and the error's message and details. An error envelope keeps
+// its error's code, which validation requires.
+func (e *Envelope) stub() *Envelope {
+	s := *e
+	s.Payload, s.Context, s.Metadata, s.Error = nil, nil, nil, nil
+	if e.Error != nil {
+		s.Error = &Error{Code: e.Error.Code, Retryable: e.Error.Retryable, RetryAfterMS: e.Error.RetryAfterMS}
+	}
+	return &s
 }
 
 // claim replaces a stub envelope by the full one from the object store.

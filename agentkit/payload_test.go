@@ -69,3 +69,21 @@ func TestLargePayload_ClaimCheck(t *testing.T) {
 		})
 	}
 }
+
+// An error reply to a request with a large context is large too (replies
+// carry the context): it travels through the object store like any other
+// envelope, and the requester gets the remote error, not a timeout.
+func TestLargePayload_ErrorReply(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.started("analyst", map[string]agentkit.HandlerFunc{"analyze": func(ctx context.Context, msg *agentkit.Message) error {
+		return agentkit.Reject(agentkit.CodeInvalid, "cannot analyze that")
+	}})
+	orch := m.started("orch", nil)
+	big, _ := json.Marshal(map[string]string{"notes": string(bytes.Repeat([]byte("x"), 1200<<10))})
+	_, err := orch.Request(ctx(t), "analyst", "analyze", map[string]int{"n": 1}, agentkit.WithSessionContext(big))
+	var remote *agentkit.Error
+	if !errors.As(err, &remote) || !agentkit.IsRemote(err) || remote.Code != agentkit.CodeInvalid || remote.Message != "cannot analyze that" {
+		t.Fatalf("Request = %v, want the remote INVALID error", err)
+	}
+}
