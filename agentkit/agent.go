@@ -81,6 +81,7 @@ type lifecycle int
 const (
 	stateNew lifecycle = iota
 	stateStarted
+	stateStopping // a Stop or Drain is waiting for the agent's goroutines
 	stateStopped
 )
 
@@ -373,7 +374,7 @@ func (a *Agent) changeTopics(ctx context.Context, topic string, add bool) error 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.state == stateStopped {
+	if a.state >= stateStopping {
 		return ErrClosed
 	}
 	topics := slices.DeleteFunc(slices.Clone(a.topics), func(t string) bool { return t == topic })
@@ -445,7 +446,10 @@ func (a *Agent) awaitUnsubscribed() {
 
 // Drain stops fetching, finishes the messages already received, then
 // stops. If ctx ends first, Drain falls back to [Agent.Stop] and returns
-// ctx's error.
+// ctx's error. Handlers still running may send, but [Agent.Request] and
+// [Agent.SendAndWait] fail at once with [ErrClosed]: the agent no longer
+// reads its replies. Stop and Drain wait for running handlers, so a
+// handler must not call them on its own agent.
 func (a *Agent) Drain(ctx context.Context) error {
 	var err error
 	a.shutdown(func() {
@@ -471,19 +475,25 @@ func (a *Agent) Drain(ctx context.Context) error {
 }
 
 // shutdown runs begin once on a started agent, then waits for readers and
-// workers and marks the agent closed.
+// workers and marks the agent closed. Later and concurrent calls wait
+// until it is. It does not hold a.mu while it waits: running handlers may
+// need it (Request, Reroute, Registry).
 func (a *Agent) shutdown(begin func()) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	switch a.state {
-	case stateStopped:
+	case stateStopping, stateStopped:
+		a.mu.Unlock()
+		<-a.closed
 		return
 	case stateNew:
 		a.state = stateStopped
 		a.js.CleanupPublisher()
 		close(a.closed)
+		a.mu.Unlock()
 		return
 	}
+	a.state = stateStopping
+	a.mu.Unlock()
 	if a.hbDone != nil {
 		close(a.hbDone)
 		a.heartbeat.Wait()
@@ -515,7 +525,9 @@ func (a *Agent) shutdown(begin func()) {
 		cancel()
 		a.registry.Close()
 	}
+	a.mu.Lock()
 	a.state = stateStopped
+	a.mu.Unlock()
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
 	a.failWaiters()
 	close(a.closed)
@@ -525,10 +537,11 @@ func (a *Agent) shutdown(begin func()) {
 // Closed returns a channel closed once the agent has stopped.
 func (a *Agent) Closed() <-chan struct{} { return a.closed }
 
-func (a *Agent) started() bool {
+// lifecycle returns the agent's state.
+func (a *Agent) lifecycle() lifecycle {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.state == stateStarted
+	return a.state
 }
 
 func (a *Agent) handler(action string) Handler {

@@ -80,6 +80,53 @@ func TestLifecycle_DrainFinishesInFlight(t *testing.T) {
 	}
 }
 
+// A handler still running when Drain begins may call into its agent:
+// Drain must not hold a lock those calls need (it did, and deadlocked). A
+// request can no longer get its reply, so it fails at once with ErrClosed.
+func TestLifecycle_DrainWhileHandlerCallsTheAgent(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	var recv *agentkit.Agent
+	requestErr := make(chan error, 1)
+	recv = m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, _ *agentkit.Message) error {
+		close(started)
+		<-release
+		_, err := recv.Request(ctx, "peer", "ping", nil)
+		requestErr <- err
+		return agentkit.Reroute("nobody_has_this") // settling a reroute reads the registry
+	}}, agentkit.WithConcurrency(1))
+	sender := m.started("sender", nil)
+	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	drained := make(chan error, 1)
+	go func() { drained <- recv.Drain(ctx(t)) }()
+	eventually(t, 10*time.Second, "recv announced STOPPING", func() bool {
+		rec, ok := sender.Registry().Get("recv")
+		return ok && rec.Status == agentkit.StatusStopping
+	})
+	close(release)
+	deadlock := time.After(20 * time.Second)
+	select {
+	case err := <-requestErr:
+		if !errors.Is(err, agentkit.ErrClosed) {
+			t.Fatalf("Request from a draining agent's handler = %v, want ErrClosed", err)
+		}
+	case <-deadlock:
+		t.Fatal("the handler's Request has not returned after 20s: deadlock")
+	}
+	select {
+	case err := <-drained:
+		if err != nil {
+			t.Fatalf("Drain: %v", err)
+		}
+	case <-deadlock:
+		t.Fatal("Drain has not returned after 20s: deadlock")
+	}
+}
+
 // Stop cancels running handlers and hands their messages back at once, so
 // another instance gets them without waiting for the ack timeout.
 func TestLifecycle_StopHandsBackInFlight(t *testing.T) {

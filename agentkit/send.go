@@ -132,7 +132,7 @@ func (a *Agent) compose(ctx context.Context, t MessageType, action string, paylo
 // to agent to. An empty or invalid id is an [ErrInvalidID]: an empty
 // receiver would otherwise make the message a broadcast.
 func (a *Agent) composeTo(ctx context.Context, to, action string, payload any, opts []SendOption) (*outgoing, error) {
-	if err := validTarget("receiver_id", to); err != nil {
+	if err := validTarget("receiver id", to); err != nil {
 		return nil, err
 	}
 	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
@@ -548,11 +548,16 @@ type waiter struct {
 	accept func(*Envelope) bool
 }
 
+// addWaiter registers a waiter for the reply to message id. It returns nil
+// once the agent has stopped (failWaiters ran).
 func (a *Agent) addWaiter(id string, accept func(*Envelope) bool) *waiter {
-	w := &waiter{ch: make(chan *Envelope, 1), accept: accept}
 	a.waitMu.Lock()
+	defer a.waitMu.Unlock()
+	if a.waiters == nil {
+		return nil
+	}
+	w := &waiter{ch: make(chan *Envelope, 1), accept: accept}
 	a.waiters[id] = w
-	a.waitMu.Unlock()
 	return w
 }
 
@@ -575,25 +580,32 @@ func (a *Agent) takeWaiter(env *Envelope) *waiter {
 	return w
 }
 
-// failWaiters wakes every waiter with nil once the agent stops.
+// failWaiters wakes every waiter with nil once the agent stops, and every
+// later one at once.
 func (a *Agent) failWaiters() {
 	a.waitMu.Lock()
 	defer a.waitMu.Unlock()
-	for id, w := range a.waiters {
+	for _, w := range a.waiters {
 		close(w.ch)
-		delete(a.waiters, id)
 	}
+	a.waiters = nil
 }
 
 // await sends e and waits for the reply accept admits.
 func (a *Agent) await(ctx context.Context, e *Envelope, accept func(*Envelope) bool) (*Envelope, error) {
-	if !a.started() {
+	if a.lifecycle() == stateNew {
 		return nil, fmt.Errorf("%w: waiting for a reply needs a started agent", ErrNotStarted)
+	}
+	w := a.addWaiter(e.MessageID, accept)
+	if w == nil {
+		return nil, fmt.Errorf("%w: cannot wait for a reply to %s", ErrClosed, e.Action)
+	}
+	defer a.removeWaiter(e.MessageID)
+	if a.lifecycle() != stateStarted { // stopping: it no longer reads its replies
+		return nil, fmt.Errorf("%w: cannot wait for a reply to %s", ErrClosed, e.Action)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.requestTimeout)
 	defer cancel()
-	w := a.addWaiter(e.MessageID, accept)
-	defer a.removeWaiter(e.MessageID)
 	if err := a.SendEnvelope(ctx, e); err != nil {
 		return nil, err
 	}
