@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sony/gobreaker"
+	"github.com/sony/gobreaker/v2"
 )
 
 // BreakerSettings configure the circuit breaker an agent keeps for each
@@ -72,7 +72,7 @@ type breakers struct {
 }
 
 type breaker struct {
-	cb *gobreaker.TwoStepCircuitBreaker
+	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
 }
 
 func (b *breakers) get(to string) *breaker {
@@ -84,11 +84,13 @@ func (b *breakers) get(to string) *breaker {
 	}
 	br := b.m[to]
 	if br == nil {
-		br = &breaker{cb: gobreaker.NewTwoStepCircuitBreaker(gobreaker.Settings{
-			Name:        to,
-			MaxRequests: s.HalfOpenRequests,
-			Timeout:     s.OpenTimeout,
-			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= s.FailureThreshold },
+		br = &breaker{cb: gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+			Name:         to,
+			MaxRequests:  s.HalfOpenRequests,
+			Timeout:      s.OpenTimeout,
+			ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= s.FailureThreshold },
+			IsSuccessful: answered,
+			IsExcluded:   local,
 			OnStateChange: func(to string, _, st gobreaker.State) {
 				if onChange != nil {
 					onChange(to, stateOf(st))
@@ -136,23 +138,32 @@ func (a *Agent) allow(to string) (done func(error), trial bool, err error) {
 		return nil, false, &CircuitOpenError{Agent: to, State: stateOf(br.cb.State())}
 	}
 	return func(err error) {
-		// Only silence counts against the destination: an answer, even a
-		// NACK, proves it is alive.
-		finish(!errors.Is(err, ErrTimeout))
+		finish(err)
 		a.trackHealth(to, err)
 	}, state == gobreaker.StateHalfOpen, nil
 }
 
+// answered reports whether err (the outcome of a request) is an answer:
+// nil or an error reply. Only silence counts against the destination: an
+// answer, even a NACK, proves it is alive.
+func answered(err error) bool { return !errors.Is(err, ErrTimeout) }
+
+// local reports whether err is a failure on this side (the publish, a
+// cancelled context, a stopped agent), which says nothing about the
+// destination: the breaker counts it neither way, and a trial it ended
+// frees its slot.
+func local(err error) bool { return err != nil && !IsRemote(err) && !errors.Is(err, ErrTimeout) }
+
 // trackHealth counts consecutive NACKs and timeouts from to and marks it in
 // the registry at the thresholds: degraded after NackThreshold NACKs (seed
 // 000), UNAVAILABLE after TimeoutThreshold timeouts (seed 004). An answer
-// clears the timeout mark, a success clears both. Local failures (the
-// publish itself, a cancelled context) say nothing about to.
+// clears the timeout mark, a success clears both. Local failures say
+// nothing about to.
 func (a *Agent) trackHealth(to string, err error) {
-	nack, timeout := IsRemote(err), errors.Is(err, ErrTimeout)
-	if err != nil && !nack && !timeout {
+	if local(err) {
 		return
 	}
+	nack, timeout := IsRemote(err), errors.Is(err, ErrTimeout)
 	b := &a.breakers
 	b.mu.Lock()
 	nacksBefore, timeoutsBefore := b.nacks[to], b.timeouts[to]

@@ -178,6 +178,48 @@ func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
 	}
 }
 
+// Failures on the sender's side (here a cancelled context) say nothing
+// about the destination: they neither reset the run of timeouts nor pass
+// or fail a trial, and a trial they end frees its slot.
+func TestBreaker_LocalFailuresCountNeitherWay(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	settings := agentkit.BreakerSettings{FailureThreshold: 2, OpenTimeout: 200 * time.Millisecond, HalfOpenRequests: 1, NackThreshold: 3, TimeoutThreshold: 3}
+	orch := m.started("orch", nil, agentkit.WithBreaker(settings), agentkit.WithRegistration(false))
+	cancelled, cancel := context.WithCancel(ctx(t))
+	cancel()
+	request := func(c context.Context) error { _, err := orch.Request(c, "dead", "work", nil); return err }
+	timeOut := func(what string) {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+		defer cancel()
+		if err := request(c); !errors.Is(err, agentkit.ErrTimeout) {
+			t.Fatalf("%s: %v, want ErrTimeout", what, err)
+		}
+	}
+	cancelledRequest := func(what string) {
+		t.Helper()
+		if err := request(cancelled); !errors.Is(err, context.Canceled) || errors.Is(err, agentkit.ErrTimeout) {
+			t.Fatalf("%s: %v, want context.Canceled", what, err)
+		}
+	}
+	timeOut("first timeout")
+	cancelledRequest("cancelled between two timeouts")
+	timeOut("second timeout")
+	if s := orch.BreakerState("dead"); s != agentkit.BreakerOpen {
+		t.Fatalf("after timeout, cancel, timeout with FailureThreshold 2 the circuit is %s", s)
+	}
+	eventually(t, 5*time.Second, "half-open", func() bool { return orch.BreakerState("dead") == agentkit.BreakerHalfOpen })
+	cancelledRequest("cancelled trial")
+	if s := orch.BreakerState("dead"); s != agentkit.BreakerHalfOpen {
+		t.Fatalf("after a cancelled trial the circuit is %s, want half-open", s)
+	}
+	timeOut("the next trial, in the slot the cancelled one freed")
+	if s := orch.BreakerState("dead"); s != agentkit.BreakerOpen {
+		t.Fatalf("after a timed-out trial the circuit is %s", s)
+	}
+}
+
 func TestBreaker_ThreeNacksMarkDegraded(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
