@@ -55,23 +55,29 @@ func TestBadInput_TerminatedWithReason(t *testing.T) {
 		name    string
 		subject string
 		data    []byte
-		reason  string // must appear in the TERM reason
+		reason  string      // must appear in the TERM reason
+		header  nats.Header // optional
 	}{
-		{"not JSON", direct, []byte("hello, agent"), "not a JSON envelope"},
-		{"JSON array", direct, []byte(`[1,2]`), "not a JSON envelope"},
-		{"missing message_id", direct, rawEnvelope(t, func(m map[string]any) { delete(m, "message_id") }), "message_id: required"},
-		{"missing action", direct, rawEnvelope(t, func(m map[string]any) { delete(m, "action") }), "action: required"},
-		{"unknown field", direct, rawEnvelope(t, func(m map[string]any) { m["colour"] = "red" }), "colour"},
-		{"bad priority", direct, rawEnvelope(t, func(m map[string]any) { m["priority"] = "urgent" }), "urgent"},
-		{"bad version", direct, rawEnvelope(t, func(m map[string]any) { m["acl"] = "2" }), "acl: unsupported version"},
-		{"sender mismatch", direct, rawEnvelope(t, func(m map[string]any) { m["sender_id"] = "mallory" }), `sender_id "mallory" does not match the subject's sender "sender"`},
-		{"wrong receiver", direct, rawEnvelope(t, func(m map[string]any) { m["receiver_id"] = "other" }), `receiver_id "other" is not this agent "recv"`},
-		{"priority mismatch", direct, rawEnvelope(t, func(m map[string]any) { m["priority"] = "high" }), `priority "high" does not match`},
-		{"oversize", direct, rawEnvelope(t, func(m map[string]any) { m["payload"] = strings.Repeat("x", 5000) }), "exceeds the 4096 byte limit"},
-		{"broadcast naming a receiver", "mesh.broadcast.normal.sender", rawEnvelope(t, func(map[string]any) {}), "a broadcast must name neither"},
+		{"not JSON", direct, []byte("hello, agent"), "not a JSON envelope", nil},
+		{"JSON array", direct, []byte(`[1,2]`), "not a JSON envelope", nil},
+		{"missing message_id", direct, rawEnvelope(t, func(m map[string]any) { delete(m, "message_id") }), "message_id: required", nil},
+		{"missing action", direct, rawEnvelope(t, func(m map[string]any) { delete(m, "action") }), "action: required", nil},
+		{"unknown field", direct, rawEnvelope(t, func(m map[string]any) { m["colour"] = "red" }), "colour", nil},
+		{"bad priority", direct, rawEnvelope(t, func(m map[string]any) { m["priority"] = "urgent" }), "urgent", nil},
+		{"bad version", direct, rawEnvelope(t, func(m map[string]any) { m["acl"] = "2" }), "acl: unsupported version", nil},
+		{"sender mismatch", direct, rawEnvelope(t, func(m map[string]any) { m["sender_id"] = "mallory" }), `sender_id "mallory" does not match the subject's sender "sender"`, nil},
+		{"wrong receiver", direct, rawEnvelope(t, func(m map[string]any) { m["receiver_id"] = "other" }), `receiver_id "other" is not this agent "recv"`, nil},
+		{"priority mismatch", direct, rawEnvelope(t, func(m map[string]any) { m["priority"] = "high" }), `priority "high" does not match`, nil},
+		{"oversize", direct, rawEnvelope(t, func(m map[string]any) { m["payload"] = strings.Repeat("x", 5000) }), "exceeds the 4096 byte limit", nil},
+		{"broadcast naming a receiver", "mesh.broadcast.normal.sender", rawEnvelope(t, func(map[string]any) {}), "a broadcast must name neither", nil},
+		{"task header mismatch", direct, rawEnvelope(t, func(m map[string]any) { m["task_id"] = "t1" }),
+			`task_id "t1" does not match the Mesh-Task-Id header "t2"`, nats.Header{agentkit.HeaderTaskID: {"t2"}}},
+		{"task header mismatch on a reply", direct, rawEnvelope(t, func(m map[string]any) {
+			m["message_type"], m["in_reply_to"], m["task_id"] = "response", "m1", "t1"
+		}), `task_id "t1" does not match the Mesh-Task-Id header "t2"`, nats.Header{agentkit.HeaderTaskID: {"t2"}, agentkit.HeaderInReplyTo: {"m1"}}},
 	}
 	for _, tt := range tests {
-		ack, err := js.Publish(ctx(t), tt.subject, tt.data)
+		ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: tt.subject, Data: tt.data, Header: tt.header})
 		if err != nil {
 			t.Fatalf("%s: publish: %v", tt.name, err)
 		}

@@ -77,12 +77,12 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 			a.asyncError(fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err))
 			continue
 		}
-		d := &delivery{msg: msg, priority: p, src: src}
 		h := msg.Headers()
+		d := &delivery{msg: msg, priority: p, src: src, task: h.Get(HeaderTaskID)}
 		if h.Get(HeaderInReplyTo) != "" && !a.receive(d) {
 			continue
 		}
-		if d.task = h.Get(HeaderTaskID); d.task != "" && !a.lanes.enter(d) {
+		if d.task != "" && !a.lanes.enter(d) {
 			continue // queued behind the running message of its task
 		}
 		src.waiting.add(d)
