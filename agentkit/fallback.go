@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Metadata keys of forwarded messages. A message forwarded by Reroute or a
@@ -106,12 +108,14 @@ func withHandoff(md map[string]string, from, reason string) map[string]string {
 	return md
 }
 
-// forward returns a copy of e passed on by self to agent to: a new message
-// id from self, the same conversation ids, timestamp and ttl, and the
-// original sender and message id kept for the reply.
+// forward returns a copy of e passed on by self to agent to: a message id
+// of self's own, the same conversation ids, timestamp and ttl, and the
+// original sender and message id kept for the reply. The id is derived
+// from self and e's id, so forwarding e again (a redelivery) repeats it
+// and the stream keeps one forward.
 func (e *Envelope) forward(self, selfType, to, reason string) *Envelope {
 	f := *e
-	f.MessageID = NewMessageID()
+	f.MessageID = uuid.NewSHA1(uuid.NameSpaceURL, []byte("agentmesh:forward:"+self+":"+e.MessageID)).String()
 	f.SenderID, f.SenderType = self, selfType
 	f.ReceiverID, f.ReceiverType, f.Topic = to, "", ""
 	f.Metadata = withHandoff(e.Metadata, self, reason)

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentmesh-io/agentmesh/agentkit"
 )
 
@@ -343,6 +346,45 @@ func TestReroute_HandedOffTaskCompletes(t *testing.T) {
 	_, err = orch.Request(ctx(t), "lonely", "sing", nil)
 	if agentkit.CodeOf(err) != agentkit.CodeCapabilityMissing {
 		t.Fatalf("reroute with no candidate: %v", err)
+	}
+}
+
+// A message rerouted twice (redelivered, or stored twice under one
+// message_id) is forwarded under the same id both times, so the stream
+// keeps one forward and the other agent handles it once.
+func TestReroute_RepeatedRerouteForwardsOnce(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	generalist := m.started("generalist", map[string]agentkit.HandlerFunc{"translate": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reroute("translation")
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	var rec recorder
+	translator := m.started("translator", map[string]agentkit.HandlerFunc{"translate": rec.handle(nil)},
+		agentkit.WithCapabilities(agentkit.Capability{Name: "translation", Actions: []string{"translate"}}), agentkit.WithHeartbeat(testHeartbeat))
+	eventually(t, 5*time.Second, "translator discoverable", func() bool {
+		got, _ := generalist.Registry().Find(ctx(t), agentkit.Query{Capability: "translation", Status: agentkit.StatusReady})
+		return len(got) == 1
+	})
+	e := agentkit.NewEnvelope(agentkit.TypeRequest, "orch", "translate")
+	e.ReceiverID = "generalist"
+	data, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(m.conn())
+	for range 2 { // two stream messages, one envelope
+		msg := &nats.Msg{Subject: "mesh.agent.generalist.normal.orch", Data: data, Header: nats.Header{jetstream.MsgIDHeader: {agentkit.NewMessageID()}}}
+		if _, err := js.PublishMsg(ctx(t), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "both rerouted", func() bool { return generalist.Stats().Outcomes[agentkit.OutcomeReroute] == 2 })
+	eventually(t, 5*time.Second, "translator done", func() bool {
+		info, err := translator.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0
+	})
+	if n := rec.count(); n != 1 {
+		t.Fatalf("translator handled the rerouted message %d times, want 1", n)
 	}
 }
 
