@@ -143,37 +143,49 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 }
 
 // next returns the highest-priority waiting delivery, blocking until one
-// arrives; ok is false once the agent is shutting down.
+// arrives; ok is false once the agent is shutting down and the queues are
+// empty.
 func (a *Agent) next(queues []chan *delivery) (*delivery, bool) {
-	for _, q := range queues {
-		select {
-		case d := <-q:
-			return d, true
-		default:
-		}
+	if d := poll(queues); d != nil {
+		return d, true
 	}
 	if len(queues) == 1 {
 		select {
 		case d := <-queues[0]:
 			return d, true
 		case <-a.quit:
-			return nil, false
+		}
+	} else {
+		select {
+		case d := <-queues[0]:
+			return d, true
+		case d := <-queues[1]:
+			return d, true
+		case d := <-queues[2]:
+			return d, true
+		case d := <-queues[3]:
+			return d, true
+		case d := <-queues[4]:
+			return d, true
+		case <-a.quit:
 		}
 	}
-	select {
-	case d := <-queues[0]:
-		return d, true
-	case d := <-queues[1]:
-		return d, true
-	case d := <-queues[2]:
-		return d, true
-	case d := <-queues[3]:
-		return d, true
-	case d := <-queues[4]:
-		return d, true
-	case <-a.quit:
-		return nil, false
+	// Shutting down, and select may pick quit over a message that arrived
+	// with it: take what the readers left (Drain handles it, Stop NAKs it).
+	d := poll(queues)
+	return d, d != nil
+}
+
+// poll returns the first message waiting in queues, or nil.
+func poll(queues []chan *delivery) *delivery {
+	for _, q := range queues {
+		select {
+		case d := <-q:
+			return d
+		default:
+		}
 	}
+	return nil
 }
 
 // receive decodes and checks d's message. It returns false when the
