@@ -130,10 +130,11 @@ func newSQLStore(ctx context.Context, db *sql.DB, d dialect) (*sqlStore, error) 
 }
 
 // migrate applies every migration not yet recorded in schema_migrations.
+// Each runs under the dialect's migration lock, and so does creating
+// schema_migrations: PostgreSQL's CREATE TABLE IF NOT EXISTS fails
+// (23505) when another store opening the same schema creates it at the
+// same moment.
 func (s *sqlStore) migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
-		return fmt.Errorf("%w: %s: schema_migrations: %w", ErrMigration, s.d.name, err)
-	}
 	for i, m := range migrations {
 		version := i + 1
 		if err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -141,6 +142,9 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 				if _, err := tx.ExecContext(ctx, s.d.migrationLock); err != nil {
 					return err
 				}
+			}
+			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+				return fmt.Errorf("schema_migrations: %w", err)
 			}
 			var n int
 			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {

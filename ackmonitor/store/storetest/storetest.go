@@ -49,6 +49,30 @@ func Run(t *testing.T, db Database) {
 			c.f(t, s)
 		})
 	}
+	t.Run("ConcurrentOpensOfANewDatabase", func(t *testing.T) {
+		t.Parallel()
+		for range 5 { // monitors starting together on a new database
+			open := db(t)
+			var wg sync.WaitGroup
+			errs := make(chan error, 6)
+			for range cap(errs) {
+				wg.Go(func() {
+					s, err := open()
+					if err == nil {
+						err = s.Close()
+					}
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("concurrent open: %v", err)
+				}
+			}
+		}
+	})
 	t.Run("MigrationsIdempotent", func(t *testing.T) {
 		t.Parallel()
 		open := db(t)
