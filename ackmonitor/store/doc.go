@@ -31,6 +31,13 @@
 // two transactions creating a row would each write only their own events
 // and the later commit would drop the other's.
 //
+// # Text
+//
+// Header values and TERM reasons come from any publisher. [Store.Apply]
+// stores NUL bytes and invalid UTF-8 in them as U+FFFD in both dialects:
+// PostgreSQL's TEXT refuses them, and a batch it refuses comes back on
+// every redelivery.
+//
 // # Time
 //
 // Every *_at column and hour_bucket is a BIGINT of Unix microseconds (UTC)

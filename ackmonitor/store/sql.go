@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // dialect holds what differs between SQLite and PostgreSQL.
@@ -266,7 +267,40 @@ func chunks(n, size int) [][2]int {
 
 // Apply writes a batch with a handful of multi-row statements, whatever
 // its size: round trips, not rows, are what a batch costs in PostgreSQL.
+// storable returns a copy of b whose strings every dialect can store (see
+// text).
+func (b Batch) storable() Batch {
+	out := Batch{Sends: slices.Clone(b.Sends), Events: slices.Clone(b.Events)}
+	for i := range out.Sends {
+		x := &out.Sends[i]
+		for _, f := range [...]*string{&x.MessageID, &x.Sender, &x.Receiver, &x.Topic, &x.Kind, &x.Priority,
+			&x.MessageType, &x.Action, &x.Correlation, &x.Workflow, &x.InReplyTo} {
+			*f = text(*f)
+		}
+	}
+	for i := range out.Events {
+		x := &out.Events[i]
+		for _, f := range [...]*string{&x.ID, &x.Consumer, &x.Receiver, &x.Priority, &x.Reason} {
+			*f = text(*f)
+		}
+	}
+	return out
+}
+
+// text returns s with NUL bytes and invalid UTF-8 replaced by U+FFFD.
+// Headers and TERM reasons come from any publisher and may hold either,
+// which PostgreSQL's TEXT refuses (SQLSTATE 22021): the batch failed on
+// every redelivery and the intake behind it stopped for good. SQLite
+// stores the same replacement, so the stores agree.
+func text(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
+	b = b.storable()
 	var out Applied
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		out = Applied{}

@@ -36,6 +36,7 @@ func Run(t *testing.T, db Database) {
 		{"InferredAcksAndPending", testInferred},
 		{"Health", testHealth},
 		{"Alerts", testAlerts},
+		{"TextFromAnyPublisher", testText},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -572,5 +573,27 @@ func testAlerts(t *testing.T, s store.Store) {
 	all, err := s.Alerts(ctx(t), false, 10)
 	if err != nil || len(all) != 2 || all[1].ID != a.ID || all[1].Active() || !all[1].ResolvedAt.Equal(a.ResolvedAt) || all[1].Value != 0.93 {
 		t.Fatalf("all = %+v, %v", all, err)
+	}
+}
+
+// testText: headers and TERM reasons come from any publisher. NUL bytes and
+// invalid UTF-8 (which PostgreSQL's TEXT refuses) are stored as U+FFFD by
+// every store, and the rest of the batch is not held up.
+func testText(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	bad := send(1, "a", "b", base)
+	bad.MessageID, bad.Correlation = "m\x00-1", "corr-\xff"
+	term := ev(store.EventTerm, 1, "b_normal", 1, base.Add(time.Millisecond))
+	term.Reason = "INVALID: bad\x00reason\xff"
+	mustApply(t, s, store.Batch{Sends: []store.Send{bad, send(2, "a", "b", base)}, Events: []store.Event{term}})
+	r := get(t, s, 1, "b_normal")
+	if r.MessageID != "m\uFFFD-1" || r.Correlation != "corr-\uFFFD" || r.Status != store.StatusNACK {
+		t.Fatalf("row 1 = id %q, correlation %q, status %s", r.MessageID, r.Correlation, r.Status)
+	}
+	if len(r.History) != 1 || r.History[0].Reason != "INVALID: bad\uFFFDreason\uFFFD" || r.NackReason != r.History[0].Reason {
+		t.Fatalf("row 1 history %+v, nack reason %q", r.History, r.NackReason)
+	}
+	if r := get(t, s, 2, "b_normal"); r.MessageID != "m-2" {
+		t.Fatalf("row 2 = %+v", r)
 	}
 }
