@@ -27,7 +27,7 @@
 // after another took over. SQLite has one writer at a time. PostgreSQL
 // reads rows FOR UPDATE, which cannot lock a row not created yet, so
 // [Store.Apply] first takes a transaction-scoped advisory lock per stream
-// sequence its events and topic sends touch, in sorted order; without it,
+// sequence its events and sends touch, in sorted order; without it,
 // two transactions creating a row would each write only their own events
 // and the later commit would drop the other's.
 //

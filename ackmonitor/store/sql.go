@@ -352,22 +352,21 @@ func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
 
 // rowLockIDs returns the ids of the row locks a write of b takes in
 // PostgreSQL: the stream sequences (mod 2^32) of its events, whose rows
-// may not exist yet, and of its topic and broadcast sends, whose rows
-// events create; sorted, so concurrent writers cannot deadlock on them.
-// Without them, two transactions creating a row would each write only
-// their own events, and the later commit would drop the other's; and a
-// send committed between an event's read of message_sends and its insert
-// of the row would never fill in the row's send fields. (A direct send
-// inserts its row, so the row's unique key orders it with the events.)
+// may not exist yet, and of its sends; sorted, so concurrent writers
+// cannot deadlock on them. Without them, two transactions creating a row
+// would each write only their own events, and the later commit would drop
+// the other's; a topic send committed between an event's read of
+// message_sends and its insert of the row would never fill in the row's
+// send fields; and an event batch that read message_sends before a direct
+// send committed would resolve the row without marking its hour for the
+// rollup, which the send had marked and a rollup in between had cleared.
 func rowLockIDs(b Batch) []int32 {
-	ids := make([]int32, 0, len(b.Events))
+	ids := make([]int32, 0, len(b.Events)+len(b.Sends))
 	for _, e := range b.Events {
 		ids = append(ids, int32(uint32(e.StreamSeq)))
 	}
 	for _, snd := range b.Sends {
-		if snd.Consumer() == "" {
-			ids = append(ids, int32(uint32(snd.StreamSeq)))
-		}
+		ids = append(ids, int32(uint32(snd.StreamSeq)))
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
