@@ -104,7 +104,7 @@ func TestDashboard_InBrowser(t *testing.T) {
 	// that includes the escalation's send and the director's ack of it,
 	// which reach the ledger by different intakes, in either order.
 	eventually(t, 20*time.Second, "dead letters and the escalation, sent and acked by the director", func() bool {
-		rows, err := st.PendingFollowUps(ctx, 10)
+		rows, err := st.PendingFollowUps(ctx, store.Key{}, 10)
 		esc, err2 := st.Messages(ctx, store.Query{Escalated: true})
 		d := rateOf(t, st, "director", "high")
 		return err == nil && len(rows) == 0 && err2 == nil && len(esc) == 1 && d.Sent == 1 && d.Acked == 1

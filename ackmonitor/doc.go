@@ -96,12 +96,15 @@
 // ([DirectorResolver]; by default the "director" field of the sender's
 // registry entry, else DefaultDirector). The payload is an [Escalation]:
 // the original envelope, the attempts, the NAK/TERM history and the
-// correlation chain. The row records the dead letter and escalation in the
-// same store, and the escalation's message id is derived from the row, so
-// a restart or failover never escalates a message twice. A follow-up
-// that fails (no leader for the DLQ stream, an unknown director) leaves
-// the row pending and is tried again each EvaluateInterval (at least 1s);
-// each failure is logged and counted in ackmonitor_follow_up_failures_total.
+// correlation chain. The row records the dead letter as soon as it is
+// stored (with the receiver's mark) and the escalation once it is sent,
+// and the escalation's message id is derived from the row, so a restart,
+// a failover or a retry never copies or escalates a message twice. A
+// follow-up that fails (no leader for the DLQ stream, an unknown
+// director) leaves the row pending; it is tried again after 1s (or
+// EvaluateInterval, if longer), doubling to a minute, while the rows
+// behind it go ahead. Each failure is logged and counted in
+// ackmonitor_follow_up_failures_total.
 //
 // # High availability
 //

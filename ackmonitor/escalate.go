@@ -137,6 +137,7 @@ func directorAt(ctx context.Context, kv jetstream.KeyValue, key string) (string,
 func (m *Monitor) followUpLoop(ctx context.Context) {
 	t := time.NewTicker(max(m.cfg.EvaluateInterval, time.Second))
 	defer t.Stop()
+	retries := map[store.Key]followUpRetry{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,27 +148,63 @@ func (m *Monitor) followUpLoop(ctx context.Context) {
 		if !m.Active() || m.eventsThrough.Load() < m.followUpAt.Load() {
 			continue
 		}
-		for ctx.Err() == nil {
-			recs, err := m.cfg.Store.PendingFollowUps(ctx, 64)
-			if err != nil {
-				if ctx.Err() == nil {
-					m.cfg.Logger.Warn("pending follow-ups", "err", err)
-				}
-				break
+		m.followUpPass(ctx, retries)
+	}
+}
+
+// followUpRetry is when a row whose follow-up failed is tried again.
+type followUpRetry struct {
+	at   time.Time
+	wait time.Duration // doubles per failure, up to maxFollowUpWait
+}
+
+// maxFollowUpWait bounds the wait before a failed follow-up's next try.
+const maxFollowUpWait = time.Minute
+
+// followUpPass follows up every row due, in key order, skipping rows
+// whose last try failed until their retry time: rows that keep failing
+// (a sender without a director, an original gone) do not hold up the
+// rows behind them. retries is the follow-up loop's own; rows no longer
+// due leave it.
+func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]followUpRetry) {
+	const page = 64
+	seen := make(map[store.Key]bool, len(retries))
+	after := store.Key{}
+	for ctx.Err() == nil {
+		recs, err := m.cfg.Store.PendingFollowUps(ctx, after, page)
+		if err != nil {
+			if ctx.Err() == nil {
+				m.cfg.Logger.Warn("pending follow-ups", "err", err)
 			}
-			failed := 0
-			for _, r := range recs {
-				if err := m.followUp(ctx, r); err != nil {
-					failed++
-					m.metrics.followUpErr.Inc()
-					if ctx.Err() == nil {
-						m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", r.StreamSeq, "consumer", r.Consumer, "err", err)
-					}
-				}
+			return // retries kept as they are
+		}
+		for _, r := range recs {
+			k := r.Key()
+			after, seen[k] = k, true
+			retry, failedBefore := retries[k]
+			if failedBefore && time.Now().Before(retry.at) {
+				continue
 			}
-			if len(recs) < 64 || failed > 0 {
-				break
+			err := m.followUp(ctx, r)
+			if err == nil {
+				delete(retries, k)
+				continue
 			}
+			if ctx.Err() != nil {
+				return
+			}
+			retry.wait = min(max(2*retry.wait, m.cfg.EvaluateInterval, time.Second), maxFollowUpWait)
+			retries[k] = followUpRetry{at: time.Now().Add(retry.wait), wait: retry.wait}
+			m.metrics.followUpErr.Inc()
+			m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", r.StreamSeq, "consumer", r.Consumer, "in", retry.wait, "err", err)
+		}
+		if len(recs) < page {
+			break
+		}
+	}
+	for k := range retries {
+		if !seen[k] {
+			delete(retries, k) // followed up by another instance, or gone
 		}
 	}
 }
@@ -255,39 +292,17 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 	hdr.Set(HeaderDLQConsumer, r.Consumer)
 	hdr.Set(HeaderDLQStreamSeq, strconv.FormatUint(r.StreamSeq, 10))
 	hdr.Set(HeaderDLQSubject, esc.Subject)
-	var data []byte
-	if orig != nil {
-		data = orig.Data
+	esc.DLQSubject, esc.DLQSeq = dlqSubject, r.DLQSeq
+	if r.DLQSeq == 0 { // a retry skips what an earlier try recorded
+		if esc.DLQSeq, err = m.deadLetter(ctx, r, dlqSubject, hdr, orig); err != nil {
+			return err
+		}
 	}
-	pctx, pcancel := context.WithTimeout(ctx, copyTimeout)
-	ack, err := m.js.PublishMsg(pctx, &nats.Msg{Subject: dlqSubject, Header: hdr, Data: data})
-	pcancel()
-	if err != nil {
-		return fmt.Errorf("ackmonitor: dead-letter %d/%s: %w", r.StreamSeq, r.Consumer, err)
-	}
-	esc.DLQSubject, esc.DLQSeq = dlqSubject, ack.Sequence
 	now := time.Now().UTC()
-	f := store.FollowUp{Key: r.Key(), DLQSeq: ack.Sequence, HandledAt: now}
-	if !ack.Duplicate {
-		m.metrics.deadLetters.WithLabelValues(r.Receiver, r.Priority).Inc()
-	}
-
+	f := store.FollowUp{Key: r.Key(), DLQSeq: esc.DLQSeq, HandledAt: now}
 	escalate := r.Status == store.StatusTimeout || m.cfg.EscalateTerminated
 	if esc.Sender == m.cfg.MonitorID {
 		escalate = false // an escalation that failed is not escalated again
-	}
-	if r.Status == store.StatusTimeout {
-		why := fmt.Sprintf("message %d exhausted %d deliveries on %s", r.StreamSeq, r.Deliveries, r.Consumer)
-		if err := m.cfg.Store.MarkUnavailable(ctx, r.Receiver, why, now); err != nil {
-			return err
-		}
-		if m.cfg.UnavailableFor > 0 {
-			// Best effort: the store's mark is the monitor's record; a mesh
-			// without a registry has nobody to tell.
-			if err := agentkit.MarkUnavailable(ctx, m.js, m.cfg.Scheme, r.Receiver, m.cfg.MonitorID, why, m.cfg.UnavailableFor); err != nil {
-				m.cfg.Logger.Warn("registry unavailable mark failed", "agent", r.Receiver, "err", err)
-			}
-		}
 	}
 	if escalate {
 		director, err := m.cfg.Directors.Director(ctx, esc.Sender)
@@ -313,10 +328,59 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 		m.cfg.Logger.Info("escalated", "message_id", esc.MessageID, "receiver", r.Receiver, "sender", esc.Sender,
 			"director", director, "attempts", r.Deliveries)
 	}
-	if err := m.cfg.Store.CompleteFollowUp(ctx, f); err != nil {
+	// Recorded even when Run is stopping: the escalation has gone out.
+	wctx, wcancel := detached(ctx)
+	defer wcancel()
+	if err := m.cfg.Store.CompleteFollowUp(wctx, f); err != nil {
 		return fmt.Errorf("ackmonitor: %w", err)
 	}
 	return nil
+}
+
+// detached returns a context for recording what has been done, which
+// Run's stopping must not cut short, bounded by copyTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), copyTimeout)
+}
+
+// deadLetter stores the dead-letter copy of r, marks an exhausted
+// message's receiver potentially unavailable and records the copy in the
+// store, which a retry of the rest of the follow-up reads: the copy is
+// deduplicated by the DLQ stream only within its duplicate window, and
+// the mark would overrule the receiver's ACKs since.
+func (m *Monitor) deadLetter(ctx context.Context, r store.Record, subject string, hdr nats.Header, orig *jetstream.RawStreamMsg) (uint64, error) {
+	var data []byte
+	if orig != nil {
+		data = orig.Data
+	}
+	pctx, pcancel := context.WithTimeout(ctx, copyTimeout)
+	ack, err := m.js.PublishMsg(pctx, &nats.Msg{Subject: subject, Header: hdr, Data: data})
+	pcancel()
+	if err != nil {
+		return 0, fmt.Errorf("ackmonitor: dead-letter %d/%s: %w", r.StreamSeq, r.Consumer, err)
+	}
+	if !ack.Duplicate {
+		m.metrics.deadLetters.WithLabelValues(r.Receiver, r.Priority).Inc()
+	}
+	if r.Status == store.StatusTimeout {
+		why := fmt.Sprintf("message %d exhausted %d deliveries on %s", r.StreamSeq, r.Deliveries, r.Consumer)
+		if err := m.cfg.Store.MarkUnavailable(ctx, r.Receiver, why, time.Now().UTC()); err != nil {
+			return 0, err
+		}
+		if m.cfg.UnavailableFor > 0 {
+			// Best effort: the store's mark is the monitor's record; a mesh
+			// without a registry has nobody to tell.
+			if err := agentkit.MarkUnavailable(ctx, m.js, m.cfg.Scheme, r.Receiver, m.cfg.MonitorID, why, m.cfg.UnavailableFor); err != nil {
+				m.cfg.Logger.Warn("registry unavailable mark failed", "agent", r.Receiver, "err", err)
+			}
+		}
+	}
+	wctx, wcancel := detached(ctx)
+	defer wcancel()
+	if err := m.cfg.Store.RecordDeadLetter(wctx, r.Key(), ack.Sequence); err != nil {
+		return 0, fmt.Errorf("ackmonitor: %w", err)
+	}
+	return ack.Sequence, nil
 }
 
 func first(vs ...string) string {

@@ -100,8 +100,8 @@ func TestFollowUp_RetriesUntilTheDLQTakesIt(t *testing.T) {
 // TestFollowUp_RetriedAfterItsCopyStoresEachOnce fails the ledger write
 // that completes a follow-up, after its dead-letter copy and escalation
 // were stored: an instance dying at that point, or a lost publish ack. The
-// retries publish both again under the same message ids, and the streams
-// keep one of each.
+// retries skip the copy the row records and publish the escalation again
+// under its message id, and the streams keep one of each.
 func TestFollowUp_RetriedAfterItsCopyStoresEachOnce(t *testing.T) {
 	t.Parallel()
 	m, st, dir, twoDeliveries := takeoverMesh(t)
@@ -117,9 +117,9 @@ func TestFollowUp_RetriedAfterItsCopyStoresEachOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the row recording its dead letter", func() bool {
+	eventually(t, 30*time.Second, "the row completing its follow-up", func() bool {
 		recs, err := st.Messages(ctx, store.Query{DeadLetter: true})
-		return err == nil && len(recs) == 1
+		return err == nil && len(recs) == 1 && !recs[0].HandledAt.IsZero()
 	})
 	if left := failing.left.Load(); left > 0 {
 		t.Fatalf("%d failed completions left; the follow-up was not retried", left)
@@ -173,4 +173,88 @@ func (s *failingCompletions) CompleteFollowUp(ctx context.Context, f store.Follo
 		return errors.New("instance dying")
 	}
 	return s.Store.CompleteFollowUp(ctx, f)
+}
+
+// TestFollowUp_FailingRowsDoNotHoldUpOthers: a full page of rows whose
+// follow-up keeps failing (their sender has no director) must not keep
+// the rows behind it from being escalated.
+func TestFollowUp_FailingRowsDoNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	dir := &escalations{}
+	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
+	cfg := fastConfig(st)
+	cfg.EscalateTerminated = true
+	cfg.Directors = ackmonitor.DirectorFunc(func(_ context.Context, sender string) (string, error) {
+		if sender == "orphan" {
+			return "", errors.New("no director for orphan")
+		}
+		return "director", nil
+	})
+	startMonitor(t, m.s, cfg)
+	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reject(agentkit.CodeInvalid, "never")
+	}})
+	orphan := m.agent("orphan", nil)
+	const page = 64 // the follow-up loop's page
+	for range page {
+		if _, err := orphan.Send(ctx, "worker", "reject", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "the orphan's rows terminated", func() bool {
+		return rateOf(t, st, "worker", "normal").Nacked == page
+	})
+	env, err := m.agent("client", nil).Send(ctx, "worker", "reject", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the client's row escalated", func() bool {
+		esc := dir.list()
+		return len(esc) == 1 && esc[0].MessageID == env.MessageID
+	})
+}
+
+// TestFollowUp_RetryDoesNotCopyAgain: when a follow-up fails after its
+// dead-letter copy is stored (here the director lookup), its retries do
+// not store the copy again, also past the DLQ's duplicate window.
+func TestFollowUp_RetryDoesNotCopyAgain(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	js := m.jetstream()
+	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: subjects.Default.DLQStream(), Subjects: subjects.Default.DLQSubjects(),
+		Duplicates: 100 * time.Millisecond}) // shorter than the retries' spacing
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := &escalations{}
+	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
+	var lookups atomic.Int32
+	cfg := fastConfig(st)
+	cfg.EscalateTerminated = true
+	cfg.Directors = ackmonitor.DirectorFunc(func(context.Context, string) (string, error) {
+		if lookups.Add(1) <= 2 {
+			return "", errors.New("registry has no leader")
+		}
+		return "director", nil
+	})
+	startMonitor(t, m.s, cfg)
+	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reject(agentkit.CodeInvalid, "never")
+	}})
+	if _, err := m.agent("client", nil).Send(ctx, "worker", "reject", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the escalation after two failed tries", func() bool { return len(dir.list()) == 1 })
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lookups.Load() != 3 || info.State.Msgs != 1 {
+		t.Fatalf("%d director lookups, %d dead-letter copies; want 3 and 1", lookups.Load(), info.State.Msgs)
+	}
 }

@@ -242,7 +242,7 @@ func busyWorker(m *mesh, opts ...agentkit.Option) {
 // following up.
 type noFollowUps struct{ store.Store }
 
-func (noFollowUps) PendingFollowUps(context.Context, int) ([]store.Record, error) {
+func (noFollowUps) PendingFollowUps(context.Context, store.Key, int) ([]store.Record, error) {
 	return nil, errors.New("instance dying")
 }
 

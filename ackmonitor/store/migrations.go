@@ -98,4 +98,8 @@ var migrations = []string{
 	// 2: unresolved rows in key order, for Store.Pending (the monitor's
 	// inferred ACKs); idx_ack_status would sort every pending row per page.
 	`CREATE INDEX idx_ack_pending ON message_acknowledgments (stream_seq, consumer) WHERE ack_status IS NULL;`,
+	// 3: rows due a follow-up in key order, for Store.PendingFollowUps;
+	// idx_ack_followup also holds every ACK row, whose handled_at is NULL.
+	`CREATE INDEX idx_ack_followup_due ON message_acknowledgments (stream_seq, consumer)
+	WHERE handled_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK');`,
 }

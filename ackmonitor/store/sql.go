@@ -803,12 +803,27 @@ func (s *sqlStore) Pending(ctx context.Context, after Key, limit int) ([]Record,
 		int64(after.StreamSeq), after.Consumer, limit)
 }
 
-func (s *sqlStore) PendingFollowUps(ctx context.Context, limit int) ([]Record, error) {
+func (s *sqlStore) PendingFollowUps(ctx context.Context, after Key, limit int) ([]Record, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments WHERE handled_at IS NULL
-		AND ack_status IN ('TIMEOUT', 'NACK') ORDER BY resolved_at, stream_seq LIMIT ?`, limit)
+		AND ack_status IN ('TIMEOUT', 'NACK') AND (stream_seq, consumer) > (?, ?)
+		ORDER BY stream_seq, consumer LIMIT ?`, int64(after.StreamSeq), after.Consumer, limit)
+}
+
+func (s *sqlStore) RecordDeadLetter(ctx context.Context, k Key, seq uint64) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE message_acknowledgments SET dlq_seq = ? WHERE stream_seq = ? AND consumer = ?`),
+			int64(seq), int64(k.StreamSeq), k.Consumer)
+		if err != nil {
+			return fmt.Errorf("store: dead letter %d/%s: %w", k.StreamSeq, k.Consumer, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: %d/%s", ErrNotFound, k.StreamSeq, k.Consumer)
+		}
+		return nil
+	})
 }
 
 func (s *sqlStore) CompleteFollowUp(ctx context.Context, f FollowUp) error {

@@ -354,9 +354,14 @@ type Store interface {
 	// Pending returns up to limit rows without a final status, in key
 	// order (stream sequence, then consumer), after the key after.
 	Pending(ctx context.Context, after Key, limit int) ([]Record, error)
-	// PendingFollowUps returns final TIMEOUT and NACK rows not yet
-	// dead-lettered, oldest first.
-	PendingFollowUps(ctx context.Context, limit int) ([]Record, error)
+	// PendingFollowUps returns up to limit final TIMEOUT and NACK rows not
+	// yet followed up, in key order (stream sequence, then consumer),
+	// after the key after.
+	PendingFollowUps(ctx context.Context, after Key, limit int) ([]Record, error)
+	// RecordDeadLetter records that the dead-letter copy of a row pending
+	// follow-up is stored at DLQ stream sequence seq, so a retried
+	// follow-up does not copy it again.
+	RecordDeadLetter(ctx context.Context, k Key, seq uint64) error
 	// CompleteFollowUp records the dead letter and escalation of a row.
 	CompleteFollowUp(ctx context.Context, f FollowUp) error
 	// MarkUnavailable marks agent potentially unavailable since at; a later

@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -506,9 +507,22 @@ func testFollowUps(t *testing.T, s store.Store) {
 		Sends:  []store.Send{send(1, "a", "b", base), send(2, "a", "b", base), send(3, "a", "b", base)},
 		Events: []store.Event{ev(store.EventMax, 1, "b_normal", 2, base), term, ev(store.EventAck, 3, "b_normal", 1, base)},
 	})
-	p, err := s.PendingFollowUps(ctx(t), 10)
+	p, err := s.PendingFollowUps(ctx(t), store.Key{}, 10)
 	if err != nil || len(p) != 2 || p[0].StreamSeq != 1 || p[1].StreamSeq != 2 {
 		t.Fatalf("pending = %+v, %v", p, err)
+	}
+	if after, err := s.PendingFollowUps(ctx(t), p[0].Key(), 10); err != nil || len(after) != 1 || after[0].StreamSeq != 2 {
+		t.Fatalf("pending after %v = %+v, %v", p[0].Key(), after, err)
+	}
+	// The dead letter is recorded ahead of the rest: the row stays due.
+	if err := s.RecordDeadLetter(ctx(t), p[0].Key(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordDeadLetter(ctx(t), store.Key{StreamSeq: 99, Consumer: "x_normal"}, 5); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RecordDeadLetter of a missing row: %v", err)
+	}
+	if again, err := s.PendingFollowUps(ctx(t), store.Key{}, 10); err != nil || len(again) != 2 || again[0].DLQSeq != 5 || again[1].DLQSeq != 0 {
+		t.Fatalf("pending after a recorded dead letter = %+v, %v", again, err)
 	}
 	done := base.Add(time.Second)
 	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: p[0].Key(), DLQSeq: 5, Director: "boss", EscalationID: "e1", EscalatedAt: done, HandledAt: done}); err != nil {
@@ -520,7 +534,7 @@ func testFollowUps(t *testing.T, s store.Store) {
 	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: store.Key{StreamSeq: 99, Consumer: "x_normal"}, HandledAt: done}); err == nil {
 		t.Fatal("CompleteFollowUp of a missing row succeeded")
 	}
-	if p, _ := s.PendingFollowUps(ctx(t), 10); len(p) != 0 {
+	if p, _ := s.PendingFollowUps(ctx(t), store.Key{}, 10); len(p) != 0 {
 		t.Fatalf("still pending: %+v", p)
 	}
 	esc, err := s.Messages(ctx(t), store.Query{Escalated: true})
