@@ -132,4 +132,22 @@
 // every 2 s), /api/v1/summary, /agents, /alerts, /escalations, /dlq,
 // /messages, /timeseries and /hourly, /metrics (Prometheus, on the
 // monitor's own registry) and /healthz.
+//
+// Query parameters are checked before any reaches the store; a bad one is
+// answered 400 with {"error": "parameter <name>: ...", "parameter":
+// "<name>"}:
+//
+//   - agent (/messages, /timeseries): an agent id, a subject token
+//     ([A-Za-z0-9_-], at most 64 characters);
+//   - status (/messages): ACK, NACK or TIMEOUT;
+//   - limit (/alerts, /escalations, /dlq, /messages): a positive integer;
+//     above 1000 it is lowered to 1000;
+//   - range (/timeseries, default 1h; /hourly, default 24h): a Go duration
+//     ("30m", "24h"), positive and at most 744h (31 days);
+//   - step (/timeseries, default 1m): a duration of at least 1s, with
+//     range/step (rounded up) at most 10,000 points. The answer's
+//     step_seconds is the step the store used (whole microseconds).
+//
+// A store failure is logged (the monitor's Logger) and answered 500 with a
+// generic message: database errors can name hosts, users and tables.
 package ackmonitor

@@ -4,15 +4,21 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 //go:embed web
@@ -183,13 +189,18 @@ func (m *Monitor) Handler() http.Handler {
 	api := func(path string, f func(*http.Request) (any, error)) {
 		mux.HandleFunc("GET /api/v1/"+path, func(w http.ResponseWriter, r *http.Request) {
 			v, err := f(r)
-			if err != nil {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusInternalServerError)
-				json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-				return
+			var pe *paramError
+			switch {
+			case errors.As(err, &pe):
+				writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": pe.Error(), "parameter": pe.name})
+			case err != nil:
+				// Store errors can carry SQL, hosts or user names: they
+				// go to the log, not to the client.
+				m.cfg.Logger.Error("api request failed", "path", r.URL.Path, "err", err)
+				writeJSONStatus(w, http.StatusInternalServerError, map[string]string{"error": "internal error (see the monitor's log)"})
+			default:
+				writeJSONStatus(w, http.StatusOK, v)
 			}
-			writeJSON(w, v)
 		})
 	}
 	api("summary", func(r *http.Request) (any, error) { return m.Summary(r.Context()) })
@@ -198,30 +209,58 @@ func (m *Monitor) Handler() http.Handler {
 		return map[string]any{"window_seconds": m.cfg.Window.Seconds(), "agents": a}, err
 	})
 	api("alerts", func(r *http.Request) (any, error) {
-		a, err := m.cfg.Store.Alerts(r.Context(), r.URL.Query().Get("all") == "", intParam(r, "limit", 100))
+		p := params{q: r.URL.Query()}
+		limit := p.limit("limit", 100)
+		if p.err != nil {
+			return nil, p.err
+		}
+		a, err := m.cfg.Store.Alerts(r.Context(), p.q.Get("all") == "", limit)
 		return map[string]any{"alerts": nonNil(a)}, err
 	})
 	api("escalations", func(r *http.Request) (any, error) {
-		recs, err := m.cfg.Store.Messages(r.Context(), store.Query{Escalated: true, Limit: intParam(r, "limit", 50)})
+		p := params{q: r.URL.Query()}
+		limit := p.limit("limit", 50)
+		if p.err != nil {
+			return nil, p.err
+		}
+		recs, err := m.cfg.Store.Messages(r.Context(), store.Query{Escalated: true, Limit: limit})
 		return map[string]any{"escalations": nonNil(recs)}, err
 	})
 	api("dlq", func(r *http.Request) (any, error) {
-		recs, err := m.cfg.Store.Messages(r.Context(), store.Query{DeadLetter: true, Limit: intParam(r, "limit", 50)})
+		p := params{q: r.URL.Query()}
+		limit := p.limit("limit", 50)
+		if p.err != nil {
+			return nil, p.err
+		}
+		recs, err := m.cfg.Store.Messages(r.Context(), store.Query{DeadLetter: true, Limit: limit})
 		return map[string]any{"dead_letters": nonNil(recs)}, err
 	})
 	api("messages", func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		recs, err := m.cfg.Store.Messages(r.Context(), store.Query{Receiver: q.Get("agent"), Status: q.Get("status"), Limit: intParam(r, "limit", 100)})
+		p := params{q: r.URL.Query()}
+		q := store.Query{Receiver: p.agent("agent"), Status: p.status("status"), Limit: p.limit("limit", 100)}
+		if p.err != nil {
+			return nil, p.err
+		}
+		recs, err := m.cfg.Store.Messages(r.Context(), q)
 		return map[string]any{"messages": nonNil(recs)}, err
 	})
 	api("timeseries", func(r *http.Request) (any, error) {
-		rng := durParam(r, "range", time.Hour)
-		step := durParam(r, "step", time.Minute)
-		pts, err := m.cfg.Store.Series(r.Context(), r.URL.Query().Get("agent"), time.Now().Add(-rng), step)
+		p := params{q: r.URL.Query()}
+		agent := p.agent("agent")
+		rng, step := p.series(time.Hour, time.Minute)
+		if p.err != nil {
+			return nil, p.err
+		}
+		pts, err := m.cfg.Store.Series(r.Context(), agent, time.Now().Add(-rng), step)
 		return map[string]any{"range_seconds": rng.Seconds(), "step_seconds": step.Seconds(), "points": nonNil(pts)}, err
 	})
 	api("hourly", func(r *http.Request) (any, error) {
-		h, err := m.cfg.Store.Hourly(r.Context(), time.Now().Add(-durParam(r, "range", 24*time.Hour)))
+		p := params{q: r.URL.Query()}
+		rng := p.duration("range", 24*time.Hour)
+		if p.err != nil {
+			return nil, p.err
+		}
+		h, err := m.cfg.Store.Hourly(r.Context(), time.Now().Add(-rng))
 		return map[string]any{"hours": nonNil(h)}, err
 	})
 	return mux
@@ -234,22 +273,130 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
 }
 
-func intParam(r *http.Request, name string, def int) int {
-	if n, err := strconv.Atoi(r.URL.Query().Get(name)); err == nil && n > 0 {
-		return min(n, 1000)
+// Limits of the API's query parameters (see the package doc).
+const (
+	maxLimit        = 1000                // larger limits are lowered to it
+	maxRange        = 31 * 24 * time.Hour // /timeseries and /hourly
+	minStep         = time.Second         // the store's smallest /timeseries step
+	maxSeriesPoints = 10000               // /timeseries: range/step, rounded up
+)
+
+// paramError is a bad query parameter: a 400 naming the parameter.
+type paramError struct {
+	name string
+	err  error
+}
+
+func (e *paramError) Error() string { return "parameter " + e.name + ": " + e.err.Error() }
+
+func (e *paramError) Unwrap() error { return e.err }
+
+// params reads query parameters, keeping the first error.
+type params struct {
+	q   url.Values
+	err error
+}
+
+func (p *params) fail(name string, err error) {
+	if p.err == nil {
+		p.err = &paramError{name: name, err: err}
+	}
+}
+
+// agent returns an agent id parameter ("" when absent).
+func (p *params) agent(name string) string {
+	v := p.q.Get(name)
+	if v == "" {
+		return ""
+	}
+	if err := subjects.ValidateToken("agent id", v); err != nil {
+		p.fail(name, err)
+		return ""
+	}
+	return v
+}
+
+// ledgerStatuses are the final statuses a ledger query can filter on.
+var ledgerStatuses = []string{store.StatusACK, store.StatusNACK, store.StatusTimeout}
+
+// status returns a ledger status parameter ("" when absent: any status).
+func (p *params) status(name string) string {
+	v := p.q.Get(name)
+	if v == "" || slices.Contains(ledgerStatuses, v) {
+		return v
+	}
+	p.fail(name, fmt.Errorf("%q is not one of %s", v, strings.Join(ledgerStatuses, ", ")))
+	return ""
+}
+
+// limit returns a positive integer parameter, def when absent, at most maxLimit.
+func (p *params) limit(name string, def int) int {
+	v := p.q.Get(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		p.fail(name, fmt.Errorf("%q is not a positive integer", v))
+		return def
+	}
+	return min(n, maxLimit)
+}
+
+// duration returns a range parameter (a Go duration such as "90m"), def
+// when absent, positive and at most maxRange.
+func (p *params) duration(name string, def time.Duration) time.Duration {
+	v := p.q.Get(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		p.fail(name, fmt.Errorf("%q is not a duration such as 30m or 24h", v))
+	case d <= 0:
+		p.fail(name, fmt.Errorf("%s is not positive", d))
+	case d > maxRange:
+		p.fail(name, fmt.Errorf("%s is above the maximum of %s (31 days)", d, maxRange))
+	default:
+		return d
 	}
 	return def
 }
 
-func durParam(r *http.Request, name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(r.URL.Query().Get(name)); err == nil && d > 0 {
-		return d
+// series returns the range and step of /timeseries. The step is what the
+// store uses: at least minStep, in whole microseconds.
+func (p *params) series(defRange, defStep time.Duration) (rng, step time.Duration) {
+	rng = p.duration("range", defRange)
+	v := p.q.Get("step")
+	if v == "" {
+		step = defStep
+	} else if d, err := time.ParseDuration(v); err != nil {
+		p.fail("step", fmt.Errorf("%q is not a duration such as 30s or 5m", v))
+	} else if d < minStep {
+		p.fail("step", fmt.Errorf("%s is below the minimum of %s", d, minStep))
+	} else {
+		step = d.Truncate(time.Microsecond)
 	}
-	return def
+	if p.err != nil {
+		return rng, step
+	}
+	n := rng / step
+	if rng%step != 0 {
+		n++
+	}
+	if n > maxSeriesPoints {
+		p.fail("step", fmt.Errorf("range %s / step %s is %d points, more than the maximum of %d: use a larger step",
+			rng, step, n, maxSeriesPoints))
+	}
+	return rng, step
 }
