@@ -75,7 +75,9 @@ func (m *Monitor) alertLoop(ctx context.Context) {
 // alerts in the store (so it survives restarts and failovers): no alert →
 // raise when a threshold is crossed; an alert → change severity or resolve
 // when the rates say so. Agents with fewer than MinSamples resolved
-// messages in the window keep their state.
+// messages in the window keep their state. Afterwards the
+// ackmonitor_alert_active gauge shows the active alerts as the evaluation
+// left them (see reportAlerts).
 func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 	rates, err := m.cfg.Store.Rates(ctx, now.Add(-m.cfg.Window))
 	if err != nil {
@@ -93,6 +95,8 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 	for _, a := range active {
 		current[[2]string{a.Agent, a.Kind}] = a
 	}
+	// current follows the store's writes, so it is right even when one fails.
+	defer func() { m.reportAlerts(current) }()
 	agents := make([]string, 0, len(byAgent))
 	for a := range byAgent {
 		agents = append(agents, a)
@@ -105,7 +109,8 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 		}
 		for _, kind := range []string{AlertAckRate, AlertTimeoutRate} {
 			sev, value, threshold := m.cfg.Thresholds.severityOf(kind, r)
-			cur, firing := current[[2]string{agent, kind}]
+			key := [2]string{agent, kind}
+			cur, firing := current[key]
 			switch {
 			case !firing && sev == "":
 			case firing && sev == cur.Severity:
@@ -118,7 +123,7 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 				if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
 					return err
 				}
-				m.metrics.alerts.WithLabelValues(agent, kind, cur.Severity).Set(0)
+				delete(current, key)
 				m.publishAlert(AlertEvent{Alert: cur, State: AlertResolved}, "info")
 			default: // a new alert, or a severity change: the old one is resolved, a new one raised
 				prev := ""
@@ -128,20 +133,38 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 					if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
 						return err
 					}
-					m.metrics.alerts.WithLabelValues(agent, kind, cur.Severity).Set(0)
+					delete(current, key)
 				}
 				a := store.Alert{ID: agent + "/" + kind + "/" + strconv.FormatInt(now.UnixMicro(), 10), Agent: agent,
 					Kind: kind, Severity: sev, Value: value, Threshold: threshold, Samples: r.Resolved(), RaisedAt: now.UTC()}
 				if err := m.cfg.Store.SaveAlert(ctx, a); err != nil {
 					return err
 				}
-				m.metrics.alerts.WithLabelValues(agent, kind, sev).Set(1)
+				current[key] = a
 				m.publishAlert(AlertEvent{Alert: a, State: AlertRaised, Previous: prev}, sev)
 				m.cfg.Logger.Warn("alert raised", "agent", agent, "kind", kind, "severity", sev, "value", value, "samples", r.Resolved())
 			}
 		}
 	}
 	return nil
+}
+
+// reportAlerts makes the ackmonitor_alert_active gauge show exactly alerts
+// (keyed by agent and kind) while this instance is active, and nothing
+// otherwise: only the active instance reports alerts, so the sum over
+// instances counts each once, and an instance that restarts, takes over or
+// steps down never reports a stale set. The lock orders a step-down's
+// reset after any evaluation that saw this instance active.
+func (m *Monitor) reportAlerts(alerts map[[2]string]store.Alert) {
+	m.metrics.alertsMu.Lock()
+	defer m.metrics.alertsMu.Unlock()
+	m.metrics.alerts.Reset()
+	if !m.Active() {
+		return
+	}
+	for _, a := range alerts {
+		m.metrics.alerts.WithLabelValues(a.Agent, a.Kind, a.Severity).Set(1)
+	}
 }
 
 // publishAlert publishes ev on the alert subject (core NATS, at most once).

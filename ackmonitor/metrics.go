@@ -1,6 +1,8 @@
 package ackmonitor
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -27,7 +29,8 @@ type metrics struct {
 	pending     *prometheus.GaugeVec // consumer
 	lag         prometheus.Gauge
 	active      prometheus.Gauge
-	alerts      *prometheus.GaugeVec // agent, kind, severity
+	alerts      *prometheus.GaugeVec // agent, kind, severity; written by Monitor.reportAlerts only
+	alertsMu    sync.Mutex           // serializes rebuilds of alerts
 }
 
 func newMetrics() *metrics {
@@ -65,7 +68,7 @@ func newMetrics() *metrics {
 	m.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ackmonitor_active",
 		Help: "1 while this instance holds the pin of the events consumer (evaluates alerts, escalates)."})
 	m.alerts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_alert_active",
-		Help: "1 for each alert the monitor has raised and not resolved."}, []string{"agent", "kind", "severity"})
+		Help: "1 for each active (raised, not resolved) alert, reported by the active instance only."}, []string{"agent", "kind", "severity"})
 	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.inferred, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -309,6 +309,7 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		m.metrics.active.Set(1)
 	} else {
 		m.metrics.active.Set(0)
+		m.reportAlerts(nil) // a standby reports no alerts
 	}
 }
 
