@@ -19,10 +19,12 @@ import (
 // ack floor, and still in the stream, was acked, terminated or exhausted,
 // and without a TERM or MAX_DELIVERIES it was acked. A row is inferred
 // only if it was at or below the floor at the previous check and, at this
-// one, the events consumer has nothing left for the monitor, pending or
-// unacked: the event of anything acked before the previous check would
-// have reached the ledger by then. An event that comes later still takes
-// precedence (store.Event.Inferred). Inferred ACKs carry no ack time.
+// one, the monitor has written (acked) every event the events stream held
+// at the end of the previous check: the event of anything acked before
+// then is in the ledger. (Waiting for the events consumer to be idle
+// instead starved the inference under steady traffic.) An event that
+// comes later still takes precedence (store.Event.Inferred). Inferred
+// ACKs carry no ack time.
 
 // reconcilePage is how many pending rows one store read returns.
 const reconcilePage = 1000
@@ -30,35 +32,43 @@ const reconcilePage = 1000
 // reconcileLoop infers missing ACKs every ReconcileInterval while this
 // instance is active.
 func (m *Monitor) reconcileLoop(ctx context.Context) {
-	var suspects map[store.Key]struct{}
+	var prev reconcileCheck
 	everyTick(ctx, m.cfg.ReconcileInterval, func() {
 		if !m.Active() {
-			suspects = nil
+			prev = reconcileCheck{}
 			return
 		}
-		next, err := m.reconcile(ctx, suspects)
+		next, err := m.reconcile(ctx, prev)
 		if err != nil && ctx.Err() == nil {
 			m.cfg.Logger.Warn("inferring missing ACKs", "err", err)
 		}
-		suspects = next
+		prev = next
 	})
 }
 
-// reconcile infers the ACK of every pending row that is in suspects and
-// still at or below its consumer's ack floor, and returns the pending
-// rows at or below the floor now. While the events consumer holds events
-// for the monitor it changes nothing and returns suspects.
-func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}) (map[store.Key]struct{}, error) {
+// reconcileCheck is what one reconcile pass leaves the next.
+type reconcileCheck struct {
+	suspects   map[store.Key]struct{} // pending rows at or below their consumer's ack floor
+	eventsLast uint64                 // the events stream's last sequence after they were found
+}
+
+// reconcile infers the ACK of every pending row that is in prev's
+// suspects and still at or below its consumer's ack floor, once the
+// events up to prev.eventsLast are written, and returns this check.
+func (m *Monitor) reconcile(ctx context.Context, prev reconcileCheck) (reconcileCheck, error) {
 	events, err := m.events.Info(ctx)
 	if err != nil {
-		return suspects, err
+		return prev, err
 	}
-	if events.NumPending > 0 || events.NumAckPending > 0 {
-		return suspects, nil // the events still to come may resolve the rows
+	// Until then the events still to come may resolve the suspects.
+	written := prev.suspects != nil && events.AckFloor.Stream >= prev.eventsLast
+	suspects := prev.suspects
+	if !written {
+		suspects = nil
 	}
 	mesh, err := m.mesh.Info(ctx)
 	if err != nil {
-		return suspects, err
+		return prev, err
 	}
 	floors := map[string]uint64{} // consumer → ack floor (0: none to trust)
 	now := time.Now().UTC()
@@ -69,7 +79,7 @@ func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}
 	for after := (store.Key{StreamSeq: max(mesh.State.FirstSeq, 1) - 1}); ; {
 		recs, err := m.cfg.Store.Pending(ctx, after, reconcilePage)
 		if err != nil {
-			return suspects, err
+			return prev, err
 		}
 		for _, r := range recs {
 			floor, ok := floors[r.Consumer]
@@ -96,11 +106,17 @@ func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}
 		}
 		after = recs[len(recs)-1].Key()
 	}
+	// Read after the floors: the events of the acks they show are in it.
+	eventsStream, err := m.js.Stream(ctx, m.cfg.Scheme.EventsStream())
+	if err != nil {
+		return prev, err
+	}
+	check := reconcileCheck{suspects: next, eventsLast: eventsStream.CachedInfo().State.LastSeq}
 	for len(inferred) > 0 {
 		n := min(len(inferred), m.cfg.BatchSize)
 		applied, err := m.apply(ctx, store.Batch{Events: inferred[:n]})
 		if err != nil {
-			return next, err
+			return check, err
 		}
 		m.recorded(applied)
 		for _, r := range applied.Resolved {
@@ -110,7 +126,7 @@ func (m *Monitor) reconcile(ctx context.Context, suspects map[store.Key]struct{}
 		}
 		inferred = inferred[n:]
 	}
-	return next, nil
+	return check, nil
 }
 
 // ackFloor returns the stream sequence of consumer's ack floor, or 0 when

@@ -77,3 +77,56 @@ func TestReconcile_InfersUnsampledAcks(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcile_InfersUnderSteadyTraffic: unsampled ACKs are inferred while
+// other agents' events keep the events consumer busy, which it almost
+// never is idle under load (the inference waited for it to be).
+func TestReconcile_InfersUnderSteadyTraffic(t *testing.T) {
+	t.Parallel()
+	const unsampled = 30
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	ok := map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }}
+	m.agent("unsampled", ok, agentkit.WithSampleFrequency("0"))
+	m.agent("sampled", ok)
+	client := m.agent("client", nil)
+	cfg := fastConfig(st)
+	cfg.FetchWait, cfg.ReconcileInterval = 250*time.Millisecond, 500*time.Millisecond
+	startMonitor(t, m.s, cfg)
+	for range unsampled {
+		if _, err := client.Send(ctx, "unsampled", "ok", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	traffic, stop := m.agent("traffic", nil), make(chan struct{})
+	done := make(chan error, 1)
+	sent := 0 // written by the sender goroutine, read after done
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+				if _, err := traffic.Send(ctx, "sampled", "ok", nil); err != nil {
+					done <- err
+					return
+				}
+				sent++
+			}
+		}
+	}()
+	eventually(t, 20*time.Second, "the unsampled ACKs inferred under traffic", func() bool {
+		return rateOf(t, st, "unsampled", "normal").Acked == unsampled
+	})
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if sent < 20 {
+		t.Fatalf("only %d messages of traffic: the test did not keep the events consumer busy", sent)
+	}
+}
