@@ -35,8 +35,9 @@
 // are always sent. Every ReconcileInterval (default 30s) the active
 // instance looks for pending rows at or below their consumer's ack floor,
 // messages the consumer has acked, terminated or exhausted: with no TERM
-// or MAX_DELIVERIES recorded they were acked. At the second look, with the
-// events consumer drained, it records an inferred ACK (no ack time, no
+// or MAX_DELIVERIES recorded they were acked. At the second look, once
+// the events the stream held at the first are written, it records an
+// inferred ACK (no ack time, no
 // acknowledged_at; counted in ackmonitor_inferred_acks_total), so the
 // counts of direct messages stay exact at any sampling and after events
 // were lost on both paths. A real event that arrives later still decides
