@@ -1,7 +1,11 @@
 package auth
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -36,6 +40,15 @@ func (c Credentials) inbox() string {
 // subscribing only below that prefix) and the connection name. Add TLS,
 // URLs and an error handler (see [Watcher]) as needed.
 func (c Credentials) Options() ([]nats.Option, error) {
+	opts, err := c.authOptions()
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, nats.Name(c.Name)), nil
+}
+
+// authOptions are [Credentials.Options] without the connection name.
+func (c Credentials) authOptions() ([]nats.Option, error) {
 	kp, err := nkeys.FromSeed(c.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("auth: credentials of %q: %w", c.Name, err)
@@ -50,6 +63,58 @@ func (c Credentials) Options() ([]nats.Option, error) {
 	return []nats.Option{
 		nats.Nkey(pub, kp.Sign),
 		nats.CustomInboxPrefix(c.inbox()),
-		nats.Name(c.Name),
 	}, nil
+}
+
+// SeedFileOptions returns the nats.Options that authenticate with the nkey
+// seed file at path. For a file [Bundle.WriteDir] wrote (it records the
+// user's inbox), they also set the user's private inbox prefix, as
+// [Credentials.Options] does; any other seed file gets nkey authentication
+// only. The connection name is left to the caller.
+func SeedFileOptions(path string) ([]nats.Option, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	generated := hasHeader(data, headerInbox)
+	clear(data)
+	if !generated {
+		o, err := nats.NkeyOptionFromSeed(path)
+		if err != nil {
+			return nil, fmt.Errorf("auth: %s: %w", path, err)
+		}
+		return []nats.Option{o}, nil
+	}
+	c, err := LoadCredentials(path)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(c.Seed)
+	return c.authOptions()
+}
+
+// IsSeedFile reports whether data is an nkey seed file (such as the ones
+// [Bundle.WriteDir] writes) rather than a JWT credentials file: it holds a
+// seed and no user JWT.
+func IsSeedFile(data []byte) bool {
+	if bytes.Contains(data, []byte("BEGIN NATS USER JWT")) {
+		return false
+	}
+	kp, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
+		return false
+	}
+	kp.Wipe()
+	return true
+}
+
+// hasHeader reports whether a line of data starts with header.
+func hasHeader(data []byte, header string) bool {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if strings.HasPrefix(strings.TrimSpace(sc.Text()), header) {
+			return true
+		}
+	}
+	return false
 }

@@ -71,9 +71,12 @@ type NATS struct {
 	// URLs are the servers to connect to; the client picks among them and
 	// reconnects to the others. Default: ["nats://127.0.0.1:4222"].
 	URLs []string `yaml:"urls"`
-	// Creds is a credentials file (JWT + nkey seed). Default: none.
+	// Creds is a credentials file (JWT + nkey seed), or a file holding only
+	// an nkey seed, used as NKeySeed. Default: none.
 	Creds string `yaml:"creds"`
-	// NKeySeed is a file holding an nkey seed. Default: none.
+	// NKeySeed is a file holding an nkey seed. A seed file of agentmesh
+	// auth (auth.Bundle.WriteDir) also sets its user's inbox prefix.
+	// Default: none.
 	NKeySeed string `yaml:"nkey_seed"`
 	// User and Password authenticate with a user name and password.
 	// Default: none.
@@ -164,7 +167,8 @@ type Policy struct {
 // Monitor configures the ack monitor (cmd/ackmonitor) and how the CLI
 // reaches it.
 type Monitor struct {
-	// DataDir holds the SQLite ledger when no PostgreSQL DSN is given.
+	// DataDir is the directory of the SQLite ledger (file ackmonitor.db,
+	// see [OpenSQLite]) when no PostgreSQL DSN is given; created if needed.
 	// Default: "" (the binary picks a directory; agentmesh uses Dev.DataDir).
 	DataDir string `yaml:"data_dir"`
 	// PostgresDSN selects the PostgreSQL store. Default: "" (SQLite).
@@ -181,14 +185,16 @@ type Monitor struct {
 	// MinSamples is the fewest messages in a window before an alert may
 	// fire. Default: 20.
 	MinSamples int `yaml:"min_samples"`
-	// Alerts are the thresholds of seed 000, in percent.
+	// Alerts are the thresholds of seed 000, in percent, each above 0.
 	Alerts Alerts `yaml:"alerts"`
 	// DefaultDirector receives escalations for senders without a director.
 	// Default: "director".
 	DefaultDirector string `yaml:"default_director"`
 	// SampleFrequency is the percentage of acks the server reports as ack
-	// metrics (1..100); send, NAK, TERM and MAX_DELIVERIES counts stay
-	// exact at any value (DESIGN.md §7). Default: 100.
+	// metrics (0..100), set on the consumers of agents configured from this
+	// file ([Config.AgentOptions], agentkit.WithSampleFrequency); send, NAK,
+	// TERM and MAX_DELIVERIES counts stay exact at any value (DESIGN.md §7).
+	// Default: 100.
 	SampleFrequency int `yaml:"sample_frequency"`
 	// ID is the monitor's id: the sender of its escalations and the prefix
 	// of its consumers. Default: "ackmonitor".
@@ -380,6 +386,25 @@ func Load(path string) (*Config, error) {
 // LoadWith is [Load] with the environment read through lookup (for tests
 // and for binaries that filter the environment).
 func LoadWith(path string, lookup func(string) (string, bool)) (*Config, error) {
+	c, err := ReadWith(path, lookup)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Read is [Load] without the validation, for binaries that apply flags on
+// top: they call [Config.Validate] once the flags are applied, so a valid
+// flag overrides an invalid file or environment value.
+func Read(path string) (*Config, error) {
+	return ReadWith(path, os.LookupEnv)
+}
+
+// ReadWith is [Read] with the environment read through lookup.
+func ReadWith(path string, lookup func(string) (string, bool)) (*Config, error) {
 	c := Default()
 	if path != "" {
 		f, err := os.Open(path)
@@ -392,9 +417,6 @@ func LoadWith(path string, lookup func(string) (string, bool)) (*Config, error) 
 		}
 	}
 	if err := c.ApplyEnv(lookup); err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil

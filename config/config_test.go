@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/config"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
@@ -240,9 +241,14 @@ func TestValidate_BadValues(t *testing.T) {
 		{"monitor url", func(c *config.Config) { c.Monitor.URL = "ftp://x" }, "monitor.url", "http(s)"},
 		{"ack thresholds swapped", func(c *config.Config) { c.Monitor.Alerts.AckRateCritical = 96 }, "monitor.alerts.ack_rate_critical", "96"},
 		{"timeout thresholds swapped", func(c *config.Config) { c.Monitor.Alerts.TimeoutRateCritical = 4 }, "monitor.alerts.timeout_rate_critical", "4"},
-		{"percentage", func(c *config.Config) { c.Monitor.Alerts.TimeoutRateCritical = 101 }, "monitor.alerts.timeout_rate_critical", "0 to 100"},
+		{"percentage", func(c *config.Config) { c.Monitor.Alerts.TimeoutRateCritical = 101 }, "monitor.alerts.timeout_rate_critical", "at most 100"},
 		{"director", func(c *config.Config) { c.Monitor.DefaultDirector = "a.b" }, "monitor.default_director", `"a.b"`},
-		{"sampling", func(c *config.Config) { c.Monitor.SampleFrequency = 0 }, "monitor.sample_frequency", "1 to 100"},
+		{"sampling", func(c *config.Config) { c.Monitor.SampleFrequency = 101 }, "monitor.sample_frequency", "0 to 100"},
+		{"zero ack warning", func(c *config.Config) { c.Monitor.Alerts.AckRateWarning = 0 }, "monitor.alerts.ack_rate_warning", "above 0"},
+		{"zero ack critical", func(c *config.Config) { c.Monitor.Alerts.AckRateCritical = 0 }, "monitor.alerts.ack_rate_critical", "above 0"},
+		{"zero timeout warning", func(c *config.Config) { c.Monitor.Alerts.TimeoutRateWarning = 0 }, "monitor.alerts.timeout_rate_warning", "above 0"},
+		{"zero timeout critical", func(c *config.Config) { c.Monitor.Alerts.TimeoutRateCritical = 0 }, "monitor.alerts.timeout_rate_critical", "above 0"},
+		{"negative sampling", func(c *config.Config) { c.Monitor.SampleFrequency = -1 }, "monitor.sample_frequency", "0 to 100"},
 		{"window", func(c *config.Config) { c.Monitor.Window = -time.Second }, "monitor.window", "positive"},
 		{"dev listen", func(c *config.Config) { c.Dev.Listen = "x" }, "dev.listen", `"x"`},
 	}
@@ -269,7 +275,10 @@ func TestValidate_BadValues(t *testing.T) {
 func TestAgentOptions_Apply(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
-	c := config.Default()
+	c, err := config.LoadWith("", envOf(map[string]string{"AGENTMESH_MONITOR_SAMPLE_FREQUENCY": "0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.NATS.URLs = []string{s.ClientURL()}
 	c.Mesh.Prefix = "cfgtest"
 	c.Agent.Policies.High.BackOff = []time.Duration{time.Second, 3 * time.Second}
@@ -297,7 +306,8 @@ func TestAgentOptions_Apply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Stream != "CFGTEST" || info.Config.MaxDeliver != 2 || !reflect.DeepEqual(info.Config.BackOff, []time.Duration{time.Second, 3 * time.Second}) {
+	if info.Stream != "CFGTEST" || info.Config.MaxDeliver != 2 || !reflect.DeepEqual(info.Config.BackOff, []time.Duration{time.Second, 3 * time.Second}) ||
+		info.Config.SampleFrequency != "0" {
 		t.Fatalf("consumer = stream %s, %+v", info.Stream, info.Config)
 	}
 }
@@ -314,5 +324,32 @@ func TestConnect_Errors(t *testing.T) {
 	c.NATS.ConnectTimeout = 200 * time.Millisecond
 	if _, err := c.NATS.Connect(context.Background()); err == nil {
 		t.Fatal("connected to a closed port")
+	}
+}
+
+// OpenSQLite treats its argument as a directory, created if needed, and
+// still opens a ledger file an earlier version created at that path.
+func TestOpenSQLite_Directory(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	st, err := config.OpenSQLite(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, err := os.Stat(filepath.Join(dir, store.SQLiteFile)); err != nil {
+		t.Fatalf("no ledger in the new directory: %v", err)
+	}
+	legacy := filepath.Join(t.TempDir(), "data")
+	if st, err = store.OpenSQLite(ctx, legacy); err != nil { // the file earlier versions made
+		t.Fatal(err)
+	}
+	st.Close()
+	if st, err = config.OpenSQLite(ctx, legacy); err != nil {
+		t.Fatalf("legacy ledger file: %v", err)
+	}
+	st.Close()
+	if fi, err := os.Stat(legacy); err != nil || fi.IsDir() {
+		t.Fatalf("legacy ledger file replaced: %v", err)
 	}
 }

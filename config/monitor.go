@@ -1,7 +1,11 @@
 package config
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
@@ -26,4 +30,28 @@ func (c *Config) AckMonitor(st store.Store, log *slog.Logger) (ackmonitor.Config
 			TimeoutWarning: a.TimeoutRateWarning / 100, TimeoutCritical: a.TimeoutRateCritical / 100,
 			MinSamples: int64(m.MinSamples)},
 	}, nil
+}
+
+// OpenLedger opens the monitor's ledger: PostgreSQL when
+// monitor.postgres_dsn is set, else SQLite in the data directory dir (see
+// [OpenSQLite]). The caller closes it.
+func (c *Config) OpenLedger(ctx context.Context, dir string) (store.Store, error) {
+	if c.Monitor.PostgresDSN != "" {
+		return store.OpenPostgres(ctx, c.Monitor.PostgresDSN)
+	}
+	return OpenSQLite(ctx, dir)
+}
+
+// OpenSQLite opens the SQLite ledger of the data directory dir: the file
+// store.SQLiteFile inside it, dir created (0755) if needed. A dir that is
+// an existing file is opened as the ledger, because earlier versions
+// created the ledger there when the directory did not exist.
+func OpenSQLite(ctx context.Context, dir string) (store.Store, error) {
+	path := filepath.Join(dir, store.SQLiteFile)
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		path = dir
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("config: monitor data directory: %w", err)
+	}
+	return store.OpenSQLite(ctx, path)
 }

@@ -3,17 +3,24 @@ package config
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // Options returns the nats.go options of n: credentials (creds file, nkey
 // seed or user/password), TLS, connection name, timeouts and reconnection.
+//
+// A seed file given as creds (the <user>.nk files of agentmesh auth) is
+// used as nkey_seed. A seed file written by auth.Bundle.WriteDir also sets
+// its user's private inbox prefix, the only inbox the user may subscribe to.
 func (n NATS) Options() ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name(n.Name),
@@ -23,13 +30,27 @@ func (n NATS) Options() ([]nats.Option, error) {
 	}
 	switch {
 	case n.Creds != "":
-		opts = append(opts, nats.UserCredentials(n.Creds))
+		data, err := os.ReadFile(n.Creds)
+		if err != nil {
+			return nil, fmt.Errorf("config: nats.creds: %w", err)
+		}
+		seed := auth.IsSeedFile(data)
+		clear(data)
+		if !seed {
+			opts = append(opts, nats.UserCredentials(n.Creds))
+			break
+		}
+		o, err := auth.SeedFileOptions(n.Creds)
+		if err != nil {
+			return nil, fmt.Errorf("config: nats.creds %q: %w", n.Creds, err)
+		}
+		opts = append(opts, o...)
 	case n.NKeySeed != "":
-		o, err := nats.NkeyOptionFromSeed(n.NKeySeed)
+		o, err := auth.SeedFileOptions(n.NKeySeed)
 		if err != nil {
 			return nil, fmt.Errorf("config: nats.nkey_seed %q: %w", n.NKeySeed, err)
 		}
-		opts = append(opts, o)
+		opts = append(opts, o...)
 	case n.User != "":
 		opts = append(opts, nats.UserInfo(n.User, n.Password))
 	}
@@ -77,7 +98,9 @@ func (c *Config) Scheme() (subjects.Scheme, error) {
 
 // AgentOptions returns the agentkit options the mesh and agent sections
 // describe: scheme, replicas, the five delivery policies, concurrency and
-// timeouts. Append agent-specific options (WithType, ...) after them.
+// timeouts, and the consumers' ack sampling for the ack monitor
+// (monitor.sample_frequency). Append agent-specific options (WithType,
+// ...) after them.
 func (c *Config) AgentOptions() ([]agentkit.Option, error) {
 	s, err := c.Scheme()
 	if err != nil {
@@ -89,6 +112,7 @@ func (c *Config) AgentOptions() ([]agentkit.Option, error) {
 		agentkit.WithConcurrency(c.Agent.Concurrency),
 		agentkit.WithRequestTimeout(c.Agent.RequestTimeout),
 		agentkit.WithPublishTimeout(c.Agent.PublishTimeout),
+		agentkit.WithSampleFrequency(strconv.Itoa(c.Monitor.SampleFrequency)),
 	}
 	for _, p := range agentkit.Priorities {
 		opts = append(opts, agentkit.WithPolicy(p, c.Agent.Policy(p)))

@@ -164,8 +164,8 @@ func (c *Config) Validate() error {
 		field string
 		v     float64
 	}{{"ack_rate_warning", a.AckRateWarning}, {"ack_rate_critical", a.AckRateCritical}, {"timeout_rate_warning", a.TimeoutRateWarning}, {"timeout_rate_critical", a.TimeoutRateCritical}} {
-		if t.v < 0 || t.v > 100 {
-			bad("monitor.alerts."+t.field, t.v, "must be a percentage, 0 to 100")
+		if t.v <= 0 || t.v > 100 {
+			bad("monitor.alerts."+t.field, t.v, "must be a percentage above 0 and at most 100 (the ack monitor reads 0 as unset)")
 		}
 	}
 	if a.AckRateCritical > a.AckRateWarning {
@@ -177,8 +177,8 @@ func (c *Config) Validate() error {
 	if err := subjects.ValidateToken("agent id", m.DefaultDirector); err != nil {
 		bad("monitor.default_director", m.DefaultDirector, "must be an agent id [A-Za-z0-9_-]{1,64}")
 	}
-	if m.SampleFrequency < 1 || m.SampleFrequency > 100 {
-		bad("monitor.sample_frequency", m.SampleFrequency, "must be a percentage, 1 to 100")
+	if m.SampleFrequency < 0 || m.SampleFrequency > 100 {
+		bad("monitor.sample_frequency", m.SampleFrequency, "must be a percentage, 0 to 100")
 	}
 	if err := subjects.ValidateToken("monitor id", m.ID); err != nil {
 		bad("monitor.id", m.ID, "must be an agent id [A-Za-z0-9_-]{1,64}")

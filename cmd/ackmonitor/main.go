@@ -8,6 +8,9 @@
 // config): defaults < -config FILE < AGENTMESH_* environment < flags.
 //
 //	ackmonitor -nats nats://localhost:4222 -data ./data -http :8222
+//
+// Exit codes: 0 success (and -help), 1 failure, 2 usage error (a bad flag
+// or an invalid configuration).
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -27,15 +31,31 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
-	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/config"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "ackmonitor:", err)
-		os.Exit(1)
+	os.Exit(exitCode(run(os.Args[1:]), os.Stderr))
+}
+
+// usageError is a bad flag or configuration: exit code 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// exitCode reports err on stderr and returns the exit code: 0 for none and
+// for -help (the usage is already printed), 2 for a usage error, else 1.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	fmt.Fprintln(stderr, "ackmonitor:", err)
+	var ue *usageError
+	if errors.As(err, &ue) || errors.Is(err, config.ErrInvalid) {
+		return 2
+	}
+	return 1
 }
 
 func run(args []string) error {
@@ -52,13 +72,8 @@ func run(args []string) error {
 	defer stop()
 
 	dataDir := cmp.Or(cfg.Monitor.DataDir, "./data")
-	var st store.Store
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	if cfg.Monitor.PostgresDSN != "" {
-		st, err = store.OpenPostgres(openCtx, cfg.Monitor.PostgresDSN)
-	} else {
-		st, err = store.OpenSQLite(openCtx, dataDir)
-	}
+	st, err := cfg.OpenLedger(openCtx, dataDir)
 	cancel()
 	if err != nil {
 		return err
@@ -121,8 +136,8 @@ func configure(args []string) (*config.Config, error) {
 	// The flags override the configuration; their defaults are only shown.
 	d := config.Default()
 	fs.String("nats", strings.Join(d.NATS.URLs, ","), "NATS server URL(s), comma separated (nats.urls, AGENTMESH_NATS_URLS)")
-	fs.String("creds", "", "NATS credentials file (nats.creds, AGENTMESH_NATS_CREDS)")
-	fs.String("data", "./data", "directory of the SQLite ledger (monitor.data_dir, AGENTMESH_MONITOR_DATA_DIR)")
+	fs.String("creds", "", "NATS credentials file: JWT creds or an nkey seed file such as auth/ackmonitor.nk (nats.creds, AGENTMESH_NATS_CREDS)")
+	fs.String("data", "./data", "directory of the SQLite ledger, created if needed (monitor.data_dir, AGENTMESH_MONITOR_DATA_DIR)")
 	fs.String("postgres", "", "PostgreSQL DSN; the ledger lives there instead of SQLite (monitor.postgres_dsn, AGENTMESH_MONITOR_POSTGRES_DSN)")
 	fs.String("http", d.Monitor.HTTPAddr, "dashboard, API and /metrics address (monitor.http_addr, AGENTMESH_MONITOR_HTTP_ADDR)")
 	fs.String("default-director", d.Monitor.DefaultDirector, "director of senders without one in the registry (monitor.default_director)")
@@ -135,9 +150,16 @@ func configure(args []string) (*config.Config, error) {
 	fs.Bool("escalate-terminated", false, "also escalate terminated messages (monitor.escalate_terminated)")
 	fs.String("log-level", d.Monitor.LogLevel, "debug, info, warn or error (monitor.log_level)")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{err} // the flag package printed it and the usage
 	}
-	cfg, err := config.Load(*path)
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return nil, &usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	cfg, err := config.Read(*path) // validated once the flags are applied
 	if err != nil {
 		return nil, err
 	}

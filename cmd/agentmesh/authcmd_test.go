@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
@@ -39,5 +41,53 @@ func TestAuth_GenerateAndProvision(t *testing.T) {
 	}
 	if code, _, _ := cli(t, "auth", "--out", dir, "bad.id"); code != exitUsage {
 		t.Fatalf("bad id: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// TestAuth_GeneratedCredentialsConnect uses the seed files auth writes:
+// the admin's as --creds to provision, an agent's as --creds and as
+// nats.nkey_seed to send, on a server with the generated authorization.
+func TestAuth_GeneratedCredentialsConnect(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	dir := t.TempDir()
+	b, err := auth.Generate([]auth.AgentSpec{{ID: "orch_1"}, {ID: "planner_1"}}, auth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.RunServer(t, func(o *server.Options) {
+		if err := o.ProcessConfigString(b.ServerConfig()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	url := srv.ClientURL()
+	code, out, errOut := cli(t, "auth", "--out", t.TempDir(), "--provision", "-s", url, "--creds", filepath.Join(dir, "admin.nk"), "orch_1", "planner_1")
+	if code != exitOK || !strings.Contains(out, "provisioned stream MESH") {
+		t.Fatalf("auth --provision --creds admin.nk: exit %d: %s %s", code, out, errOut)
+	}
+	orch := filepath.Join(dir, "orch_1.nk")
+	for _, tt := range []struct{ name, env, flag string }{
+		{"creds flag", "", "--creds=" + orch},
+		{"nkey_seed env", orch, "--creds="},
+	} {
+		t.Setenv("AGENTMESH_NATS_NKEY_SEED", tt.env)
+		code, out, errOut := cli(t, "send", "-s", url, tt.flag, "--from", "orch_1", "--to", "planner_1", "--action", "plan_workflow")
+		if code != exitOK || !strings.Contains(out, "message_id=") {
+			t.Fatalf("%s: send as orch_1: exit %d: %s %s", tt.name, code, out, errOut)
+		}
+	}
+	opts, err := b.Admin().Credentials.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(natstest.Connect(t, srv, opts...))
+	st, err := js.Stream(context.Background(), "MESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 2 {
+		t.Fatalf("stream MESH holds %d messages, want the 2 sent", n)
 	}
 }

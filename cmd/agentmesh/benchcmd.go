@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -39,6 +40,11 @@ Absolute figures depend on the machine; compare the ratios of one run.` + exitCo
 			if !quiet {
 				cfg.Progress = a.stderr
 			}
+			check := cfg // the embedded server's URL is known once it runs
+			check.URL = cmp.Or(check.URL, "nats://127.0.0.1:4222")
+			if err := check.Validate(); err != nil {
+				return usageErr(err)
+			}
 			if external {
 				cfg.URL = a.cfg.NATS.URLs[0]
 			} else {
@@ -54,9 +60,6 @@ Absolute figures depend on the machine; compare the ratios of one run.` + exitCo
 				defer srv.WaitForShutdown()
 				defer srv.Shutdown()
 				cfg.URL = srv.ClientURL()
-			}
-			if err := (&cfg).Validate(); err != nil && cfg.Messages != 0 {
-				return usageErr(err)
 			}
 			results, err := bench.Run(ctx, cfg)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/trace"
+	"github.com/agentmesh-io/agentmesh/config"
 )
 
 func (a *app) demoCmd() *cobra.Command {
@@ -53,6 +55,9 @@ MESH stream by correlation id, then per-agent and per-priority ack statistics.
 With --serve it keeps the agents running and repeats the workflows until Ctrl-C.` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if every <= 0 {
+				return usageErr(fmt.Errorf("--every %v: must be positive", every))
+			}
 			return a.runDemo(cmd.Context(), dataDir, serve, every, !noMon, expectEsc)
 		},
 	}
@@ -67,8 +72,9 @@ With --serve it keeps the agents running and repeats the workflows until Ctrl-C.
 func (a *app) runDemo(ctx context.Context, dataDir string, serve bool, every time.Duration, withMonitor, expectEscalation bool) error {
 	out := a.stdout
 	connect := a.connect
+	var dir string // the embedded server's store
 	if !a.serverGiven {
-		dir := dataDir
+		dir = dataDir
 		if dir == "" {
 			tmp, err := os.MkdirTemp("", "agentmesh-demo-")
 			if err != nil {
@@ -104,16 +110,16 @@ func (a *app) runDemo(ctx context.Context, dataDir string, serve bool, every tim
 	defer monNC.Close()
 	mon := monitorHandle{stop: func() {}}
 	if withMonitor && !a.serverGiven {
-		monDir := a.cfg.Monitor.DataDir
-		if monDir == "" {
-			tmp, err := os.MkdirTemp("", "agentmesh-demo-monitor-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(tmp)
-			monDir = tmp
+		// The ledger goes with the demo's own store, whatever
+		// monitor.data_dir or monitor.postgres_dsn say: its rows name
+		// stream sequences of that store only.
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		st, err := config.OpenSQLite(octx, filepath.Join(dir, "ackmonitor"))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("ack monitor: %w", err)
 		}
-		mon, err = startMonitor(ctx, a.cfg, monNC, monDir, a.cfg.Monitor.HTTPAddr, demo.Director, slog.New(slog.DiscardHandler))
+		mon, err = startMonitor(ctx, a.cfg, monNC, st, a.cfg.Monitor.HTTPAddr, demo.Director, slog.New(slog.DiscardHandler))
 		if err != nil {
 			return fmt.Errorf("ack monitor: %w", err)
 		}

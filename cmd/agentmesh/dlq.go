@@ -45,6 +45,9 @@ mesh.dlq.<receiver>.<priority>.<sender>, keeping the original headers and body.`
 		Short: "List dead letters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return usageErr(fmt.Errorf("--limit %d: must be at least 1", limit))
+			}
 			return a.dlqList(cmd.Context(), limit)
 		},
 	}
@@ -68,6 +71,9 @@ the envelope's message_id stays the original's. Dead letters stay in MESH_DLQ.` 
 				n, err := strconv.ParseUint(s, 10, 64)
 				if err != nil {
 					return usageErr(fmt.Errorf("sequence %q: %w", s, err))
+				}
+				if n == 0 {
+					return usageErr(errors.New("sequence 0: stream sequences start at 1"))
 				}
 				seqs = append(seqs, n)
 			}

@@ -27,6 +27,15 @@ func startEmbedded(dir, listen string) (*server.Server, error) {
 	if port == 0 {
 		port = -1
 	}
+	if port > 0 {
+		// The server only logs a listen error (and we run it without
+		// logs): check the address first, so a taken port fails at once.
+		l, err := net.Listen("tcp", listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded server: %w", err)
+		}
+		l.Close()
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded server: %w", err)
 	}

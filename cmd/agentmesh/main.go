@@ -121,16 +121,33 @@ Configuration: defaults < --config FILE (YAML, see deploy/agentmesh.example.yaml
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.configPath, "config", os.Getenv("AGENTMESH_CONFIG"), "configuration file (YAML) [$AGENTMESH_CONFIG]")
 	pf.StringVarP(&a.server, "server", "s", "", "NATS server URLs, comma separated [$NATS_URL]")
-	pf.StringVar(&a.creds, "creds", "", "NATS credentials file [$NATS_CREDS]")
+	pf.StringVar(&a.creds, "creds", "", "NATS credentials file: JWT creds or an nkey seed file such as auth/<user>.nk [$NATS_CREDS]")
 	root.AddCommand(a.demoCmd(), a.upCmd(), a.sendCmd(false), a.sendCmd(true), a.traceCmd(),
 		a.dlqCmd(), a.agentsCmd(), a.statsCmd(), a.benchCmd(), a.authCmd())
+	usageArgs(root)
 	return root
 }
 
-// load reads the configuration and applies NATS_URL, NATS_CREDS and the
-// persistent flags on top.
+// usageArgs makes the argument checks of c and its subcommands return
+// usage errors (exit 2).
+func usageArgs(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return usageErr(err)
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
+}
+
+// load reads the configuration, applies NATS_URL, NATS_CREDS and the
+// persistent flags on top, and validates the result.
 func (a *app) load(cmd *cobra.Command) error {
-	cfg, err := config.Load(a.configPath)
+	cfg, err := config.Read(a.configPath)
 	if err != nil {
 		if errors.Is(err, config.ErrInvalid) {
 			return usageErr(err)

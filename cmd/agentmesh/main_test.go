@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -62,6 +63,18 @@ func TestExitCodes_Usage(t *testing.T) {
 		{[]string{"send", "--to", "x", "--action", "a", "--priority", "urgent"}, "urgent"},
 		{[]string{"dlq", "replay"}, "--all"},
 		{[]string{"bench", "--messages", "-1"}, "messages"},
+		{[]string{"bench", "--messages", "0"}, "messages 0"},
+		{[]string{"send", "--file", "env.json", "--to", "x"}, "--to conflicts with --file"},
+		{[]string{"send", "--file", "env.json", "--priority", "high"}, "--priority conflicts with --file"},
+		{[]string{"request", "--file", "env.json", "--ttl", "1m"}, "--ttl conflicts with --file"},
+		{[]string{"dlq", "ls", "--limit", "-1"}, "--limit -1"},
+		{[]string{"dlq", "ls", "--limit", "0"}, "--limit 0"},
+		{[]string{"dlq", "replay", "0"}, "sequence 0"},
+		{[]string{"demo", "--serve", "--every", "0"}, "--every 0s"},
+		{[]string{"demo", "--every", "-1s"}, "--every -1s"},
+		{[]string{"auth"}, "requires at least 1 arg"},
+		{[]string{"agents", "extra"}, "unknown command"},
+		{[]string{"request", "--to", "x", "--action", "a", "--timeout", "0"}, "--timeout 0s"},
 	} {
 		code, _, errOut := cli(t, tt.args...)
 		if code != exitUsage || !strings.Contains(errOut, tt.want) {
@@ -161,6 +174,12 @@ func TestAgainstServer(t *testing.T) {
 	os.WriteFile(file, data, 0o600)
 	if code, _, errOut := cli(t, "send", "--file", file); code != exitOK {
 		t.Fatalf("send --file: %d %s", code, errOut)
+	}
+	env = agentkit.NewEnvelope(agentkit.TypeNotification, "ops", "status")
+	data, _ = env.Encode()
+	os.WriteFile(file, data, 0o600)
+	if code, out, errOut := cli(t, "send", "--from", "ops", "--file", file); code != exitOK || !strings.Contains(out, "to broadcast") {
+		t.Fatalf("send --file without receiver or topic: %d %q %s", code, out, errOut)
 	}
 	os.WriteFile(file, []byte(`{"acl":"1"}`), 0o600)
 	if code, _, errOut := cli(t, "send", "--file", file); code != exitUsage || !strings.Contains(errOut, "invalid envelope") {
@@ -274,6 +293,8 @@ func TestUp_RunsUntilCancelled(t *testing.T) {
 	t.Setenv("NATS_URL", "")
 	t.Setenv("AGENTMESH_MONITOR_HTTP_ADDR", "127.0.0.1:0")
 	dir := t.TempDir()
+	monDir := filepath.Join(t.TempDir(), "ledger") // does not exist yet
+	t.Setenv("AGENTMESH_MONITOR_DATA_DIR", monDir)
 	for round := range 2 {
 		var out, errOut natstest.SyncBuffer
 		ctx, cancel := context.WithCancel(context.Background())
@@ -316,5 +337,55 @@ func TestUp_RunsUntilCancelled(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("up did not stop")
 		}
+		if _, err := os.Stat(filepath.Join(monDir, "ackmonitor.db")); err != nil {
+			t.Fatalf("ledger not in monitor.data_dir: %v", err)
+		}
+	}
+}
+
+// TestDemo_PersistentLedgerSetting runs the demo twice with a
+// monitor.data_dir: the embedded mesh keeps its ledger with its own
+// temporary store, so old rows do not collide with the new stream.
+func TestDemo_PersistentLedgerSetting(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("AGENTMESH_MONITOR_HTTP_ADDR", "127.0.0.1:0")
+	monDir := t.TempDir()
+	t.Setenv("AGENTMESH_MONITOR_DATA_DIR", monDir)
+	for run := range 2 {
+		if code, out, errOut := cli(t, "demo"); code != exitOK {
+			t.Fatalf("run %d: exit %d\n%s\n%s", run+1, code, out, errOut)
+		}
+	}
+	if entries, _ := os.ReadDir(monDir); len(entries) != 0 {
+		t.Fatalf("the demo wrote %v into monitor.data_dir", entries)
+	}
+}
+
+// A flag overrides an invalid value of the environment: the configuration
+// is validated once, after the flags.
+func TestLoad_FlagOverridesInvalidEnv(t *testing.T) {
+	srv := natstest.RunServer(t)
+	t.Setenv("NATS_URL", "")
+	t.Setenv("AGENTMESH_NATS_URLS", "bogus")
+	if code, out, errOut := cli(t, "-s", srv.ClientURL(), "agents"); code != exitOK || !strings.Contains(out, "no registry") {
+		t.Fatalf("-s over an invalid AGENTMESH_NATS_URLS: exit %d: %s %s", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "agents"); code != exitUsage || !strings.Contains(errOut, "nats.urls") {
+		t.Fatalf("invalid AGENTMESH_NATS_URLS alone: exit %d: %s", code, errOut)
+	}
+}
+
+// TestUp_PortInUse reports a taken client port at once.
+func TestUp_PortInUse(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start := time.Now()
+	code, _, errOut := cli(t, "up", "--data", t.TempDir(), "--listen", l.Addr().String())
+	if code != exitFailure || !strings.Contains(errOut, "address already in use") || time.Since(start) > 5*time.Second {
+		t.Fatalf("exit %d after %v: %s", code, time.Since(start), errOut)
 	}
 }

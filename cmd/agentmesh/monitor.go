@@ -28,24 +28,14 @@ type monitorHandle struct {
 }
 
 // startMonitor starts the ack monitor (package ackmonitor) over nc: its
-// ledger in dataDir (SQLite) or cfg.Monitor.PostgresDSN, its dashboard,
-// API and /metrics on httpAddr (a free port when that one is taken), and
-// director as the default escalation target. It returns once the monitor
-// has provisioned its streams and consumers; stop ends everything it
-// started.
-func startMonitor(ctx context.Context, cfg *config.Config, nc *nats.Conn, dataDir, httpAddr, director string, log *slog.Logger) (monitorHandle, error) {
+// ledger st (which it closes when it stops, or fails to start), its
+// dashboard, API and /metrics on httpAddr (a free port when that one is
+// taken), and director as the default escalation target. It returns once
+// the monitor has provisioned its streams and consumers; stop ends
+// everything it started.
+func startMonitor(ctx context.Context, cfg *config.Config, nc *nats.Conn, st store.Store, httpAddr, director string, log *slog.Logger) (monitorHandle, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var st store.Store
-	var err error
-	if cfg.Monitor.PostgresDSN != "" {
-		st, err = store.OpenPostgres(octx, cfg.Monitor.PostgresDSN)
-	} else {
-		st, err = store.OpenSQLite(octx, dataDir)
-	}
-	if err != nil {
-		return monitorHandle{}, err
-	}
 	mcfg, err := cfg.AckMonitor(st, log)
 	if err != nil {
 		st.Close()

@@ -25,7 +25,9 @@ func (a *app) sendCmd(request bool) *cobra.Command {
 	use, short := "send", "Send a message to an agent (stored; does not wait)"
 	long := `send builds an envelope from flags (or reads one from --file, validated like
 any received envelope) and stores it in the mesh stream for the receiving agent.
-It returns once the stream has acknowledged it and prints the message id.`
+It returns once the stream has acknowledged it and prints the message id. A
+file's envelope goes to its receiver_id, else its topic, else to every agent
+(printed as "broadcast"); with --file the envelope flags are errors.`
 	if request {
 		use, short = "request", "Send a request and print the response as JSON"
 		long = `request sends a request like send, then waits for the response (matched by
@@ -92,8 +94,16 @@ func envelopeOptions(e *agentkit.Envelope) []agentkit.SendOption {
 	return opts
 }
 
+// envelopeFlags are the flags that build an envelope, which --file replaces.
+var envelopeFlags = []string{"to", "action", "payload", "priority", "ttl", "correlation", "workflow", "task", "type"}
+
 func (a *app) buildEnvelope(cmd *cobra.Command, f sendFlags) (*agentkit.Envelope, error) {
 	if f.file != "" {
+		for _, name := range envelopeFlags {
+			if cmd.Flags().Changed(name) {
+				return nil, usageErr(fmt.Errorf("--%s conflicts with --file: the envelope comes from the file", name))
+			}
+		}
 		var data []byte
 		var err error
 		if f.file == "-" {
@@ -151,6 +161,9 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 	if request && env.ReceiverID == "" {
 		return usageErr(errors.New("a request needs a receiver_id"))
 	}
+	if request && f.timeout <= 0 {
+		return usageErr(fmt.Errorf("--timeout %v: must be positive", f.timeout))
+	}
 	opts, err := a.cfg.AgentOptions()
 	if err != nil {
 		return err
@@ -172,7 +185,7 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 			return err
 		}
 		fmt.Fprintf(a.stdout, "sent %s %s to %s [%s] message_id=%s correlation_id=%s\n",
-			env.MessageType, env.Action, env.ReceiverID, env.Priority, env.MessageID, env.Correlation)
+			env.MessageType, env.Action, target(env), env.Priority, env.MessageID, env.Correlation)
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, f.timeout)
@@ -189,4 +202,16 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		}
 	}
 	return rerr
+}
+
+// target says where env goes: its receiver, its topic or every agent.
+func target(env *agentkit.Envelope) string {
+	switch {
+	case env.ReceiverID != "":
+		return env.ReceiverID
+	case env.Topic != "":
+		return "topic " + env.Topic
+	default:
+		return "broadcast (every agent)"
+	}
 }

@@ -58,7 +58,13 @@ func (a *app) runUp(ctx context.Context, dataDir, listen string) error {
 	if monDir == "" {
 		monDir = filepath.Join(dir, "ackmonitor")
 	}
-	mon, err := startMonitor(ctx, a.cfg, nc, monDir, a.cfg.Monitor.HTTPAddr, a.cfg.Monitor.DefaultDirector,
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err := a.cfg.OpenLedger(octx, monDir)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("ack monitor: %w", err)
+	}
+	mon, err := startMonitor(ctx, a.cfg, nc, st, a.cfg.Monitor.HTTPAddr, a.cfg.Monitor.DefaultDirector,
 		slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return fmt.Errorf("ack monitor: %w", err)
