@@ -21,7 +21,11 @@
 //
 // Messages are written in batches, one store transaction per batch, and
 // acked only after the commit. Writes are idempotent (see package store),
-// so redeliveries and replays change nothing.
+// so redeliveries and replays change nothing. A batch the store refuses
+// is written again one message at a time; a message the store keeps
+// refusing on its own (5 deliveries, while it takes other writes) is
+// terminated, logged and counted in ackmonitor_intake_refused_total, so
+// it cannot hold up the intake for good.
 //
 // The events stream cannot capture an event published while it has no
 // leader (a step-down, a node restart), so the active instance also

@@ -136,8 +136,9 @@ func (m *Monitor) sendsBatch(msgs []jetstream.Msg) intakeBatch {
 
 // intake pulls batches from cons (in the pinned priority group), writes
 // each batch in one store transaction and acks its messages only after
-// the commit. A failed write NAKs the batch for redelivery; the ledger's
-// idempotency makes the retry safe.
+// the commit. A batch that fails is written again one message at a time
+// (writeEach), so one message the ledger refuses cannot hold up the rest;
+// the ledger's idempotency makes the retries safe.
 func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) intakeBatch) {
 	isEvents := cons == m.events
 	for ctx.Err() == nil {
@@ -176,31 +177,75 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 			m.eventsHeld.Store(0) // before the acks, so a status check errs on the side of waiting
 		}
 		if err != nil {
-			m.cfg.Logger.Error("ledger write failed; batch will be redelivered", "n", len(msgs), "err", err)
-			for _, msg := range msgs {
-				_ = msg.NakWithDelay(time.Second)
+			m.cfg.Logger.Error("ledger write failed; writing the batch one message at a time", "n", len(msgs), "err", err)
+			if !m.writeEach(ctx, cons, msgs, toBatch) {
+				sleep(ctx, time.Second) // nothing written: the store is down
 			}
-			sleep(ctx, time.Second)
 			continue
 		}
-		for _, msg := range msgs {
-			_ = msg.Ack() // a lost ack means a redelivery, which the ledger ignores
-		}
-		for _, k := range b.kinds {
-			m.metrics.events.WithLabelValues(k).Inc()
-		}
+		m.committed(msgs, b, applied)
 		if isEvents && whole {
 			m.eventsThrough.Store(pulled)
 		}
-		m.applied.Add(uint64(len(msgs)))
-		m.metrics.batches.Inc()
-		m.recorded(applied)
-		if !b.newest.IsZero() {
-			lag := time.Since(b.newest)
-			m.lastLag.Store(int64(lag))
-			m.metrics.lag.Set(lag.Seconds())
-		}
 	}
+}
+
+// committed acks msgs, whose batch b the ledger has written, and counts
+// them.
+func (m *Monitor) committed(msgs []jetstream.Msg, b intakeBatch, applied store.Applied) {
+	for _, msg := range msgs {
+		_ = msg.Ack() // a lost ack means a redelivery, which the ledger ignores
+	}
+	for _, k := range b.kinds {
+		m.metrics.events.WithLabelValues(k).Inc()
+	}
+	m.applied.Add(uint64(len(msgs)))
+	m.metrics.batches.Inc()
+	m.recorded(applied)
+	if !b.newest.IsZero() {
+		lag := time.Since(b.newest)
+		m.lastLag.Store(int64(lag))
+		m.metrics.lag.Set(lag.Seconds())
+	}
+}
+
+// maxIntakeAttempts is how many deliveries of a message the ledger refuses
+// on its own, while it takes other writes, before the message is
+// terminated.
+const maxIntakeAttempts = 5
+
+// writeEach writes msgs one at a time after their batch failed, acking
+// each one written, and reports whether any was. A message that fails is
+// NAKed for redelivery, unless the ledger has refused it maxIntakeAttempts
+// times while it took other writes (within the last minute): then it is
+// the message (data the store cannot take), not the store, so it is
+// terminated, logged and counted in ackmonitor_intake_refused_total
+// instead of failing every batch it lands in for good. While the store is
+// down nothing is written and nothing is terminated.
+func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch) bool {
+	wrote := false
+	for _, msg := range msgs {
+		one := []jetstream.Msg{msg}
+		b := toBatch(one)
+		applied, err := m.apply(ctx, b.Batch)
+		if err == nil {
+			m.committed(one, b, applied)
+			wrote = true
+			continue
+		}
+		md, mdErr := msg.Metadata()
+		storeUp := time.Since(time.Unix(0, m.lastWrite.Load())) < time.Minute
+		if mdErr != nil || md.NumDelivered < maxIntakeAttempts || !storeUp {
+			_ = msg.NakWithDelay(time.Second)
+			continue
+		}
+		name := cons.CachedInfo().Name
+		m.cfg.Logger.Error("the ledger refuses a message; terminated", "consumer", name, "subject", msg.Subject(),
+			"stream_seq", md.Sequence.Stream, "deliveries", md.NumDelivered, "err", err)
+		m.metrics.refused.WithLabelValues(name).Inc()
+		_ = msg.TermWithReason("the ack ledger refuses it: " + err.Error())
+	}
+	return wrote
 }
 
 // recorded counts what a committed batch changed and wakes the follow-up
@@ -234,6 +279,7 @@ func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, erro
 	if err != nil {
 		return a, fmt.Errorf("ackmonitor: apply: %w", err)
 	}
+	m.lastWrite.Store(time.Now().UnixNano())
 	return a, nil
 }
 

@@ -21,6 +21,7 @@ type metrics struct {
 	escalations *prometheus.CounterVec   // agent, priority
 	deadLetters *prometheus.CounterVec   // agent, priority
 	followUpErr prometheus.Counter       // failed dead-letter or escalation attempts
+	refused     *prometheus.CounterVec   // consumer: messages the ledger refused, terminated
 	inferred    *prometheus.CounterVec   // agent, priority
 	ackTime     *prometheus.HistogramVec // agent, priority
 	latency     *prometheus.HistogramVec // agent, priority
@@ -51,6 +52,9 @@ func newMetrics() *metrics {
 		Help: "Messages copied to the dead-letter stream, by receiving agent and priority."}, ap)
 	m.followUpErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "ackmonitor_follow_up_failures_total",
 		Help: "Failed tries to dead-letter or escalate a message; its row stays pending and is tried again."})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_intake_refused_total",
+		Help: "Messages of the monitor's consumers (events, sends) the ledger kept refusing on their own while it took others; terminated and logged."},
+		[]string{"consumer"})
 	m.inferred = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_inferred_acks_total",
 		Help: "ACKs inferred from a consumer's ack floor without an ack metric (sampling below 100 %, or events lost), by receiving agent and priority."}, ap)
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 18) // 0.5ms .. ~65s
@@ -69,7 +73,7 @@ func newMetrics() *metrics {
 		Help: "1 while this instance holds the pin of the events consumer (evaluates alerts, escalates)."})
 	m.alerts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_alert_active",
 		Help: "1 for each active (raised, not resolved) alert, reported by the active instance only."}, []string{"agent", "kind", "severity"})
-	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.inferred, m.ackTime, m.latency,
+	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.refused, m.inferred, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
