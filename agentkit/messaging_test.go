@@ -211,6 +211,9 @@ func TestSend_SameMessageIDHandledOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if n := sender.Stats().PublishDuplicates; n != 1 {
+		t.Fatalf("PublishDuplicates = %d, want 1 (the second send)", n)
+	}
 	// A marker sent after both: once it is handled, the duplicate would
 	// have been too.
 	if _, err := sender.Send(ctx(t), "recv", "marker", nil); err != nil {

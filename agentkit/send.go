@@ -434,7 +434,8 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 		for _, i := range todo {
 			if errs[i] == nil {
 				select {
-				case <-futures[i].Ok():
+				case ack := <-futures[i].Ok():
+					a.countDuplicate(ack)
 				case errs[i] = <-futures[i].Err():
 				case <-ctx.Done():
 					errs[i] = ctx.Err()
@@ -483,7 +484,8 @@ func (a *Agent) publishOnce(ctx context.Context, msg *nats.Msg) error {
 	f, err := a.js.PublishMsgAsync(msg)
 	if err == nil {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			a.countDuplicate(ack)
 			return nil
 		case err = <-f.Err():
 		case <-ctx.Done():
@@ -494,6 +496,14 @@ func (a *Agent) publishOnce(ctx context.Context, msg *nats.Msg) error {
 		return denied
 	}
 	return err
+}
+
+// countDuplicate counts ack in Stats.PublishDuplicates if the stream
+// stored nothing for it.
+func (a *Agent) countDuplicate(ack *jetstream.PubAck) {
+	if ack != nil && ack.Duplicate {
+		a.stats.publishDups.Add(1)
+	}
 }
 
 // denied returns ErrPermissionDenied when the server refused this

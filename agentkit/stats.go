@@ -43,6 +43,7 @@ type counters struct {
 	n              [13]atomic.Uint64      // indexed like Outcomes
 	prom           [13]prometheus.Counter // the same, exported when metrics are on
 	publishRetries atomic.Uint64
+	publishDups    atomic.Uint64
 	fastBatched    atomic.Uint64
 	fastFallbacks  atomic.Uint64
 }
@@ -65,6 +66,12 @@ type Stats struct {
 	Outcomes map[Outcome]uint64
 	// PublishRetries counts publish attempts that failed and were retried.
 	PublishRetries uint64
+	// PublishDuplicates counts publishes the stream acknowledged without
+	// storing them, as duplicates of a message id it already held (within
+	// its duplicate window): a retry of a publish that was stored after
+	// all, or a message_id sent twice. Messages SendBatch stored with fast
+	// batch publish are not counted (the batch's ack does not say).
+	PublishDuplicates uint64
 	// FastBatched counts messages [Agent.SendBatch] stored with fast batch
 	// publish, one stream ack per batch.
 	FastBatched uint64
@@ -82,7 +89,8 @@ type Stats struct {
 // Stats returns a snapshot of the agent's counters.
 func (a *Agent) Stats() Stats {
 	s := Stats{Outcomes: make(map[Outcome]uint64, len(Outcomes)), PublishRetries: a.stats.publishRetries.Load(),
-		FastBatched: a.stats.fastBatched.Load(), FastBatchFallbacks: a.stats.fastFallbacks.Load()}
+		PublishDuplicates: a.stats.publishDups.Load(),
+		FastBatched:       a.stats.fastBatched.Load(), FastBatchFallbacks: a.stats.fastFallbacks.Load()}
 	for i, o := range Outcomes {
 		s.Outcomes[o] = a.stats.n[i].Load()
 	}

@@ -175,6 +175,10 @@ func TestAgainstServer(t *testing.T) {
 	if code, _, errOut := cli(t, "send", "--file", file); code != exitOK {
 		t.Fatalf("send --file: %d %s", code, errOut)
 	}
+	// The same file again: the stream keeps the first, and send says so.
+	if code, out, errOut := cli(t, "send", "--file", file); code != exitFailure || !strings.Contains(errOut, "already holds message_id "+env.MessageID) || out != "" {
+		t.Fatalf("send --file twice: %d %q %s", code, out, errOut)
+	}
 	env = agentkit.NewEnvelope(agentkit.TypeNotification, "ops", "status")
 	data, _ = env.Encode()
 	os.WriteFile(file, data, 0o600)
