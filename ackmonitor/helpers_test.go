@@ -44,54 +44,58 @@ const (
 var pgSchemaN atomic.Int64
 
 // openStore returns a fresh ledger of kind, closed when the test ends.
-// PostgreSQL needs AGENTMESH_TEST_POSTGRES_DSN (required when CI=true);
-// each test gets its own schema, dropped at the end.
 func openStore(t testing.TB, kind storeKind) store.Store {
 	t.Helper()
-	var s store.Store
-	var err error
-	switch kind {
-	case sqliteStore:
-		s, err = store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
-	case postgresStore:
-		dsn := os.Getenv("AGENTMESH_TEST_POSTGRES_DSN")
-		if dsn == "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("AGENTMESH_TEST_POSTGRES_DSN is not set and CI=true: the PostgreSQL ledger must be tested in CI")
-			}
-			t.Skip("AGENTMESH_TEST_POSTGRES_DSN is not set: skipping the PostgreSQL variant")
-		}
-		admin, err := sql.Open("pgx", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		schema := fmt.Sprintf("ackmonitor_test_%d_%d", os.Getpid(), pgSchemaN.Add(1))
-		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema); err != nil {
-			t.Fatalf("create schema: %v", err)
-		}
-		t.Cleanup(func() {
-			if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
-				t.Errorf("drop schema: %v", err)
-			}
-			admin.Close()
-		})
-		u, err := url.Parse(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		s, err = store.OpenPostgres(context.Background(), u.String())
-		if err != nil {
-			t.Fatal(err)
-		}
+	open := store.OpenSQLite
+	if kind == postgresStore {
+		open = store.OpenPostgres
 	}
+	s, err := open(context.Background(), ledgerAt(t, kind))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// ledgerAt returns where a fresh ledger of kind goes: a SQLite file path,
+// or the DSN of a PostgreSQL schema of its own, dropped when the test
+// ends. PostgreSQL needs AGENTMESH_TEST_POSTGRES_DSN (required when
+// CI=true).
+func ledgerAt(t testing.TB, kind storeKind) string {
+	t.Helper()
+	if kind == sqliteStore {
+		return filepath.Join(t.TempDir(), "ledger.db")
+	}
+	dsn := os.Getenv("AGENTMESH_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AGENTMESH_TEST_POSTGRES_DSN is not set and CI=true: the PostgreSQL ledger must be tested in CI")
+		}
+		t.Skip("AGENTMESH_TEST_POSTGRES_DSN is not set: skipping the PostgreSQL variant")
+	}
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := fmt.Sprintf("ackmonitor_test_%d_%d", os.Getpid(), pgSchemaN.Add(1))
+	if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+		admin.Close()
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // fastConfig is a monitor configuration with test-sized intervals.

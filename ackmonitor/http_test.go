@@ -1,23 +1,18 @@
 package ackmonitor_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
 // apiGet returns the status, the body and the decoded JSON object of a GET.
@@ -147,7 +142,7 @@ func TestHTTP_StoreErrorHidden(t *testing.T) {
 			t.Parallel()
 			st, db := openBreakableStore(t, kind)
 			m := newMesh(t)
-			var logs lockedBuffer
+			var logs natstest.SyncBuffer
 			cfg := fastConfig(st)
 			cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), nil))
 			mon := startMonitor(t, m.s, cfg)
@@ -184,73 +179,20 @@ func TestHTTP_StoreErrorHidden(t *testing.T) {
 // database, to break it under the store.
 func openBreakableStore(t *testing.T, kind storeKind) (store.Store, *sql.DB) {
 	t.Helper()
-	ctx := context.Background()
-	var st store.Store
-	var db *sql.DB
-	var err error
-	switch kind {
-	case sqliteStore:
-		path := filepath.Join(t.TempDir(), "ledger.db")
-		if st, err = store.OpenSQLite(ctx, path); err != nil {
-			t.Fatal(err)
-		}
-		db, err = sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	case postgresStore:
-		dsn := os.Getenv("AGENTMESH_TEST_POSTGRES_DSN")
-		if dsn == "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("AGENTMESH_TEST_POSTGRES_DSN is not set and CI=true: the PostgreSQL ledger must be tested in CI")
-			}
-			t.Skip("AGENTMESH_TEST_POSTGRES_DSN is not set: skipping the PostgreSQL variant")
-		}
-		schema := fmt.Sprintf("ackmonitor_test_%d_%d", os.Getpid(), pgSchemaN.Add(1))
-		admin, aerr := sql.Open("pgx", dsn)
-		if aerr != nil {
-			t.Fatal(aerr)
-		}
-		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema); err != nil {
-			t.Fatalf("create schema: %v", err)
-		}
-		t.Cleanup(func() {
-			if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
-				t.Errorf("drop schema: %v", err)
-			}
-			admin.Close()
-		})
-		u, uerr := url.Parse(dsn)
-		if uerr != nil {
-			t.Fatal(uerr)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		if st, err = store.OpenPostgres(ctx, u.String()); err != nil {
-			t.Fatal(err)
-		}
-		db, err = sql.Open("pgx", u.String())
+	at := ledgerAt(t, kind)
+	open, driver, dsn := store.OpenSQLite, "sqlite", "file:"+at+"?_pragma=busy_timeout(10000)"
+	if kind == postgresStore {
+		open, driver, dsn = store.OpenPostgres, "pgx", at
 	}
+	st, err := open(context.Background(), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	t.Cleanup(func() { st.Close() })
 	return st, db
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
