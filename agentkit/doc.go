@@ -99,8 +99,12 @@
 //
 // # Ordering, context and large payloads
 //
-// Messages of one task (task_id, mirrored in the Mesh-Task-Id header) are
-// handled one at a time in stream order; different tasks run concurrently.
+// Messages of one task (task_id, mirrored in the Mesh-Task-Id header) and
+// priority are handled one at a time in stream order by an instance;
+// different tasks run concurrently. The order is per instance and
+// priority: instances sharing an agent's consumers, or messages of the
+// task at another priority, do not wait for each other, and a redelivered
+// message comes after those delivered since.
 // Inside a handler, messages sent with the handler's ctx inherit the
 // handled message's correlation, workflow, task and session ids and
 // context. Envelopes larger than the server's max payload travel through
