@@ -202,6 +202,12 @@ func (a *Agent) start(ctx context.Context) error {
 			reg.Close()
 			return err
 		}
+		if rec, ok := reg.Get(a.id); ok && rec.Degraded {
+			// A (re)started agent starts with a clean slate.
+			if err := reg.MarkDegraded(ctx, a.id, a.id, "", false); err != nil {
+				a.asyncError(err)
+			}
+		}
 	}
 	sources := make([]*source, 0, len(queueOrder))
 	stopAll := func() {
@@ -494,10 +500,6 @@ func (a *Agent) shutdown(begin func()) {
 	}
 	a.state = stateStopping
 	a.mu.Unlock()
-	if a.hbDone != nil {
-		close(a.hbDone)
-		a.heartbeat.Wait()
-	}
 	if a.registry != nil {
 		a.announceBestEffort(StatusStopping)
 	}
@@ -506,6 +508,12 @@ func (a *Agent) shutdown(begin func()) {
 	a.workers.Wait()
 	close(a.scanDone)
 	a.scanner.Wait()
+	// Heartbeats (STOPPING now) go on while handlers finish, so a long
+	// drain does not read as a dead agent.
+	if a.hbDone != nil {
+		close(a.hbDone)
+		a.heartbeat.Wait()
+	}
 	// Messages no worker took (queued behind a task that was cut short, or
 	// handed to a queue as the workers stopped) go back for redelivery.
 	stranded := a.lanes.drop()
@@ -629,7 +637,11 @@ func (a *Agent) heartbeatLoop() {
 			if a.registry == nil {
 				continue
 			}
-			a.announceBestEffort(StatusReady)
+			status := StatusReady
+			if a.lifecycle() == stateStopping {
+				status = StatusStopping
+			}
+			a.announceBestEffort(status)
 			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.inFlight.Load(), "at": time.Now().UTC()})
 			if err := a.nc.Publish(hb, b); err != nil {
 				a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))

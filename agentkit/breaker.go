@@ -179,8 +179,8 @@ func (a *Agent) trackHealth(to string, err error) {
 	switch {
 	case nack && nacks == s.NackThreshold:
 		a.markHealth(reg, to, markDegraded, fmt.Sprintf("%d consecutive NACKs, last: %v", nacks, err))
-	case err == nil && nacksBefore >= s.NackThreshold:
-		a.markHealth(reg, to, markDegraded, "")
+	case err == nil && (nacksBefore >= s.NackThreshold || degraded(reg, to)):
+		a.markHealth(reg, to, markDegraded, "") // any sender's success clears it
 	}
 	switch {
 	case timeout && timeouts >= s.TimeoutThreshold: // each further timeout renews the mark's TTL
@@ -188,6 +188,12 @@ func (a *Agent) trackHealth(to string, err error) {
 	case !timeout && timeoutsBefore >= s.TimeoutThreshold:
 		a.markHealth(reg, to, markUnavailable, "")
 	}
+}
+
+// degraded reports whether the registry shows agent marked degraded.
+func degraded(reg *Registry, agent string) bool {
+	rec, ok := reg.Get(agent)
+	return ok && rec.Degraded
 }
 
 // consecutive advances a count of events in a row: up on hit, kept on

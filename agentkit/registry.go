@@ -127,6 +127,13 @@ type Registry struct {
 // registryTTLFloor is the smallest per-key TTL the server accepts.
 const registryTTLFloor = time.Second
 
+// keyTTL is the per-key TTL to ask for so the key lives at least d: the
+// server keeps whole seconds of a TTL and drops the rest (three 1.3s
+// heartbeats, 3.9s, lived 3s: less than three beats).
+func keyTTL(d time.Duration) time.Duration {
+	return max((d + time.Second - 1).Truncate(time.Second), registryTTLFloor)
+}
+
 // OpenRegistry binds to (creating it when create is true) the registry
 // bucket of scheme and starts watching it. It returns once the cache holds
 // the bucket's current contents. Close stops the watch.
@@ -148,11 +155,14 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: registry bucket %s: %w", bucket, err)
 	}
-	w, err := kv.WatchAll(ctx)
+	// The watch lives until Close, not until ctx ends: nats.go ends a
+	// watch with its context, and the cache would freeze without a word.
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := kv.WatchAll(wctx)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("agentkit: watch registry: %w", err)
 	}
-	wctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{kv: kv, js: js, bucket: bucket, instances: map[string]map[string]instanceRecord{},
 		gone: map[string]AgentStatus{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), cancel: cancel}
 	r.wg.Go(func() { r.watch(wctx, w) })
@@ -237,7 +247,10 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 			}
 			if len(r.instances[agent]) == 0 {
 				delete(r.instances, agent)
-				if ok || r.gone[agent] == "" {
+				// A deregistration says the agent stopped cleanly, even
+				// when its record expired first (the TTL's purge) and the
+				// cache had already taken it for unavailable.
+				if ok || r.gone[agent] == "" || e.Operation() == jetstream.KeyValueDelete {
 					r.gone[agent] = status
 				}
 			}
@@ -413,7 +426,7 @@ func putUnavailable(ctx context.Context, js jetstream.JetStream, bucket, agent, 
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	b, _ := json.Marshal(health{By: by, Reason: reason, At: time.Now().UTC()})
-	if _, err := js.Publish(ctx, subjects.KVSubject(bucket, key), b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
+	if _, err := js.Publish(ctx, subjects.KVSubject(bucket, key), b, jetstream.WithMsgTTL(keyTTL(ttl))); err != nil {
 		return fmt.Errorf("agentkit: mark %s unavailable: %w", agent, err)
 	}
 	return nil
@@ -444,7 +457,7 @@ func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(max(ttl, registryTTLFloor))); err != nil {
+	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(keyTTL(ttl))); err != nil {
 		return fmt.Errorf("agentkit: register %s/%s: %w", rec.ID, rec.Instance, err)
 	}
 	return nil

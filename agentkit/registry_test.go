@@ -3,6 +3,7 @@ package agentkit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,13 +247,100 @@ func TestBreaker_ThreeNacksMarkDegraded(t *testing.T) {
 		return rec.Degraded && rec.DegradedBy == "orch"
 	})
 	reject.Store(false)
-	if _, err := orch.Request(ctx(t), "flaky", "work", nil); err != nil {
+	// Another sender's success clears it too: orch may be gone by then.
+	other := m.started("other", nil, agentkit.WithHeartbeat(testHeartbeat))
+	eventually(t, 5*time.Second, "other sees flaky degraded", func() bool {
+		rec, _ := other.Registry().Get("flaky")
+		return rec.Degraded
+	})
+	if _, err := other.Request(ctx(t), "flaky", "work", nil); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "flaky healthy again", func() bool {
 		rec, _ := reg.Get("flaky")
 		return !rec.Degraded
 	})
+}
+
+// A restarted agent clears a degraded mark left from before.
+func TestBreaker_RestartClearsDegraded(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
+	reg := orch.Registry()
+	m.started("flaky", nil, agentkit.WithHeartbeat(testHeartbeat)).Stop()
+	if err := reg.MarkDegraded(ctx(t), "flaky", "someone_gone", "3 consecutive NACKs", true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the stopped flaky marked", func() bool { rec, _ := reg.Get("flaky"); return rec.Degraded })
+	m.started("flaky", nil, agentkit.WithHeartbeat(testHeartbeat))
+	eventually(t, 5*time.Second, "the mark cleared by the restart", func() bool {
+		rec, ok := reg.Get("flaky")
+		return ok && !rec.Degraded && rec.Instances == 1
+	})
+}
+
+// The registry view outlives the context Start was given ("ctx bounds
+// only the provisioning"): it kept watching only until that ctx ended.
+func TestRegistry_WatchOutlivesStartContext(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	observer := m.agent("observer", agentkit.WithHeartbeat(testHeartbeat))
+	startCtx, cancel := context.WithTimeout(ctx(t), 10*time.Second)
+	if err := observer.Start(startCtx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	late := m.started("late", nil, agentkit.WithHeartbeat(testHeartbeat))
+	reg := observer.Registry()
+	eventually(t, 5*time.Second, "late READY in the observer's view", func() bool {
+		rec, ok := reg.Get("late")
+		return ok && rec.Status == agentkit.StatusReady
+	})
+	late.Stop()
+	eventually(t, 5*time.Second, "late STOPPED in the observer's view", func() bool {
+		rec, ok := reg.Get("late")
+		return ok && rec.Status == agentkit.StatusStopped
+	})
+}
+
+// An agent draining longer than its key's TTL keeps heartbeating as
+// STOPPING: it never reads UNAVAILABLE, and ends STOPPED.
+func TestRegistry_LongDrainStaysStopping(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	observer := m.started("observer", nil, agentkit.WithHeartbeat(testHeartbeat))
+	events := observer.Registry().Watch(ctx(t))
+	statuses := make(chan []agentkit.AgentStatus, 1)
+	go func() { // slow's statuses, up to STOPPED
+		var seen []agentkit.AgentStatus
+		defer func() { statuses <- seen }()
+		for ev := range events {
+			if ev.Agent.ID != "slow" {
+				continue
+			}
+			if seen = append(seen, ev.Agent.Status); ev.Agent.Status == agentkit.StatusStopped {
+				return
+			}
+		}
+	}()
+	started := make(chan struct{})
+	slow := m.started("slow", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error {
+		close(started)
+		time.Sleep(8 * testHeartbeat) // well past the key's TTL of 3 beats
+		return nil
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	if _, err := observer.Send(ctx(t), "slow", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := slow.Drain(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	seen := <-statuses
+	if slices.Contains(seen, agentkit.StatusUnavailable) || !slices.Contains(seen, agentkit.StatusStopping) || seen[len(seen)-1] != agentkit.StatusStopped {
+		t.Fatalf("slow's statuses while draining: %v; want STOPPING, never UNAVAILABLE", seen)
+	}
 }
 
 // Seed 004: an agent that times out three requests in a row is marked

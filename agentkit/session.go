@@ -301,5 +301,5 @@ func (s *Sessions) update(ctx context.Context, id string, fn func(*Session)) (*S
 // per-message TTLs in seconds and rejects shorter ones. The session may
 // thus stay in the bucket up to a second past ExpiresAt; Get hides it.
 func serverTTL(d time.Duration) time.Duration {
-	return max((d + time.Second - 1).Truncate(time.Second), minSessionTTL)
+	return max(keyTTL(d), minSessionTTL)
 }

@@ -1,0 +1,53 @@
+package agentkit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The server keeps whole seconds of a per-key TTL: keyTTL rounds up, so a
+// key lives at least as long as asked (three heartbeats).
+func TestKeyTTL(t *testing.T) {
+	for d, want := range map[time.Duration]time.Duration{
+		3900 * time.Millisecond: 4 * time.Second,
+		1200 * time.Millisecond: 2 * time.Second,
+		3 * time.Second:         3 * time.Second,
+		100 * time.Millisecond:  time.Second,
+	} {
+		if got := keyTTL(d); got != want {
+			t.Errorf("keyTTL(%v) = %v, want %v", d, got, want)
+		}
+	}
+}
+
+// entry is a registry KV entry for apply.
+type entry struct {
+	jetstream.KeyValueEntry
+	key   string
+	value []byte
+	op    jetstream.KeyValueOp
+}
+
+func (e entry) Key() string                     { return e.key }
+func (e entry) Value() []byte                   { return e.value }
+func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+
+// An instance whose record expired (the TTL's purge) and which then
+// deregisters (the delete) stopped cleanly: STOPPED, not UNAVAILABLE. With
+// a history of one, the watch can miss the STOPPED record in between.
+func TestRegistryApply_DeleteAfterPurgeIsStopped(t *testing.T) {
+	r := &Registry{instances: map[string]map[string]instanceRecord{}, gone: map[string]AgentStatus{},
+		health: map[string]health{}, silent: map[string]health{}}
+	key := "agent.slow.i1"
+	r.apply(entry{key: key, value: []byte(`{"id":"slow","instance":"i1","status":"STOPPING"}`), op: jetstream.KeyValuePut})
+	r.apply(entry{key: key, op: jetstream.KeyValuePurge})
+	if rec, _ := r.Get("slow"); rec.Status != StatusUnavailable {
+		t.Fatalf("after the purge: %s, want UNAVAILABLE", rec.Status)
+	}
+	r.apply(entry{key: key, op: jetstream.KeyValueDelete})
+	if rec, _ := r.Get("slow"); rec.Status != StatusStopped {
+		t.Fatalf("after the delete: %s, want STOPPED", rec.Status)
+	}
+}
