@@ -505,6 +505,9 @@ func (a *Agent) shutdown(begin func()) {
 	}
 	begin()
 	a.readers.Wait()
+	// Replies reach waiters through the readers, which have stopped: a
+	// handler's Request still waiting fails now, not at its timeout.
+	a.failWaiters()
 	a.workers.Wait()
 	close(a.scanDone)
 	a.scanner.Wait()

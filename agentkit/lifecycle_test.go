@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
@@ -124,6 +125,50 @@ func TestLifecycle_DrainWhileHandlerCallsTheAgent(t *testing.T) {
 		}
 	case <-deadlock:
 		t.Fatal("Drain has not returned after 20s: deadlock")
+	}
+}
+
+// A handler's Request already waiting when Drain begins fails with
+// ErrClosed as soon as the readers stop, which would read its reply: it
+// held Drain up until its timeout, counted against a healthy peer.
+func TestLifecycle_DrainFailsWaitingRequests(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var recv *agentkit.Agent
+	requestErr := make(chan error, 1)
+	recv = m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, _ *agentkit.Message) error {
+		_, err := recv.Request(ctx, "nobody", "ping", nil) // nobody answers
+		requestErr <- err
+		return nil
+	}}, agentkit.WithRequestTimeout(time.Minute))
+	if _, err := m.agent("sender").Send(ctx(t), "recv", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(m.conn())
+	eventually(t, 10*time.Second, "the handler's request stored (its waiter registered first)", func() bool {
+		st, err := js.Stream(ctx(t), "MESH")
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx(t), jetstream.WithSubjectFilter("mesh.agent.nobody.>"))
+		return err == nil && len(info.State.Subjects) == 1
+	})
+	start := time.Now()
+	drained := make(chan error, 1)
+	go func() { drained <- recv.Drain(ctx(t)) }()
+	select {
+	case err := <-requestErr:
+		if !errors.Is(err, agentkit.ErrClosed) {
+			t.Fatalf("the waiting Request = %v, want ErrClosed", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting Request has not returned 20s into Drain")
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("Drain took %v", d)
 	}
 }
 

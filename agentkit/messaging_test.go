@@ -390,7 +390,8 @@ func TestExpired_NeverHandled(t *testing.T) {
 func TestWithTTL_RoundsUp(t *testing.T) {
 	t.Parallel()
 	sender := newMesh(t).agent("sender")
-	for ttl, want := range map[time.Duration]int64{500 * time.Microsecond: 1, 1500 * time.Microsecond: 2, 2 * time.Millisecond: 2, time.Minute: 60000} {
+	for ttl, want := range map[time.Duration]int64{500 * time.Microsecond: 1, 1500 * time.Microsecond: 2, 2 * time.Millisecond: 2, time.Minute: 60000,
+		-500 * time.Microsecond: -1} {
 		e, err := sender.NewRequest(ctx(t), "recv", "work", nil, agentkit.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)

@@ -55,13 +55,17 @@ func WithFallback(capability string) SendOption { return func(o *outgoing) { o.f
 func WithPriority(p Priority) SendOption { return func(e *outgoing) { e.Priority = p } }
 
 // WithTTL sets ttl_ms: receivers drop the message, unhandled, once ttl has
-// passed since its timestamp. A positive ttl is rounded up to whole
+// passed since its timestamp. ttl is rounded away from zero to whole
 // milliseconds, so it never becomes 0, which means no expiry; a negative
 // one fails validation. Default: no expiry.
 func WithTTL(ttl time.Duration) SendOption {
 	ms := ttl.Milliseconds()
-	if ttl > 0 && ttl%time.Millisecond != 0 {
+	switch {
+	case ttl%time.Millisecond == 0:
+	case ttl > 0:
 		ms++
+	default:
+		ms--
 	}
 	return func(e *outgoing) { e.TTLMillis = ms }
 }
