@@ -265,8 +265,6 @@ func chunks(n, size int) [][2]int {
 	return out
 }
 
-// Apply writes a batch with a handful of multi-row statements, whatever
-// its size: round trips, not rows, are what a batch costs in PostgreSQL.
 // storable returns a copy of b whose strings every dialect can store (see
 // text).
 func (b Batch) storable() Batch {
@@ -299,6 +297,8 @@ func text(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
+// Apply writes a batch with a handful of multi-row statements, whatever
+// its size: round trips, not rows, are what a batch costs in PostgreSQL.
 func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
 	b = b.storable()
 	var out Applied

@@ -184,7 +184,8 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		if err := agent.SendEnvelope(sctx, env); err != nil {
 			return err
 		}
-		if agent.Stats().PublishDuplicates > 0 {
+		// A duplicate after a retry is the first attempt's own copy.
+		if st := agent.Stats(); st.PublishDuplicates > 0 && st.PublishRetries == 0 {
 			return fmt.Errorf("not sent: the stream already holds message_id %s (sent within its duplicate window); give the envelope a new message_id", env.MessageID)
 		}
 		fmt.Fprintf(a.stdout, "sent %s %s to %s [%s] message_id=%s correlation_id=%s\n",
