@@ -23,7 +23,7 @@
 // acked only after the commit. Writes are idempotent (see package store),
 // so redeliveries and replays change nothing. A batch the store refuses
 // is written again one message at a time; a message the store keeps
-// refusing on its own (5 deliveries, while it takes other writes) is
+// refusing on its own (5 tries in which it took other messages) is
 // terminated, logged and counted in ackmonitor_intake_refused_total, so
 // it cannot hold up the intake for good.
 //

@@ -141,6 +141,7 @@ func (m *Monitor) sendsBatch(msgs []jetstream.Msg) intakeBatch {
 // the ledger's idempotency makes the retries safe.
 func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) intakeBatch) {
 	isEvents := cons == m.events
+	refused := map[uint64]int{} // see writeEach
 	for ctx.Err() == nil {
 		pulled := time.Now().UnixNano()
 		if isEvents {
@@ -178,12 +179,17 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 		}
 		if err != nil {
 			m.cfg.Logger.Error("ledger write failed; writing the batch one message at a time", "n", len(msgs), "err", err)
-			if !m.writeEach(ctx, cons, msgs, toBatch) {
+			if !m.writeEach(ctx, cons, msgs, toBatch, refused) {
 				sleep(ctx, time.Second) // nothing written: the store is down
 			}
 			continue
 		}
 		m.committed(msgs, b, applied)
+		if len(refused) > 0 {
+			for _, msg := range msgs {
+				delete(refused, streamSeq(msg)) // written after all
+			}
+		}
 		if isEvents && whole {
 			m.eventsThrough.Store(pulled)
 		}
@@ -209,43 +215,71 @@ func (m *Monitor) committed(msgs []jetstream.Msg, b intakeBatch, applied store.A
 	}
 }
 
-// maxIntakeAttempts is how many deliveries of a message the ledger refuses
-// on its own, while it takes other writes, before the message is
-// terminated.
+// maxIntakeAttempts is how many passes of writeEach may refuse a message
+// while writing others before the message is terminated.
 const maxIntakeAttempts = 5
 
 // writeEach writes msgs one at a time after their batch failed, acking
 // each one written, and reports whether any was. A message that fails is
-// NAKed for redelivery, unless the ledger has refused it maxIntakeAttempts
-// times while it took other writes (within the last minute): then it is
-// the message (data the store cannot take), not the store, so it is
-// terminated, logged and counted in ackmonitor_intake_refused_total
-// instead of failing every batch it lands in for good. While the store is
-// down nothing is written and nothing is terminated.
-func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch) bool {
+// NAKed for redelivery. When others of the same pass were written, the
+// failure is the message's (data the store cannot take), not the store's,
+// and counts in refused (by stream sequence); at maxIntakeAttempts the
+// message is terminated, logged and counted in
+// ackmonitor_intake_refused_total instead of failing every batch it lands
+// in for good. While the store is down nothing is written and nothing
+// counts: after three failures and no write, the rest wait for their
+// redelivery untried.
+func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch, refused map[uint64]int) bool {
+	type failure struct {
+		msg jetstream.Msg
+		err error
+	}
+	var failed []failure
 	wrote := false
-	for _, msg := range msgs {
+	for i, msg := range msgs {
+		if !wrote && len(failed) == 3 {
+			for _, rest := range msgs[i:] {
+				_ = rest.NakWithDelay(time.Second)
+			}
+			break
+		}
 		one := []jetstream.Msg{msg}
 		b := toBatch(one)
 		applied, err := m.apply(ctx, b.Batch)
-		if err == nil {
-			m.committed(one, b, applied)
-			wrote = true
+		if err != nil {
+			failed = append(failed, failure{msg, err})
 			continue
 		}
-		md, mdErr := msg.Metadata()
-		storeUp := time.Since(time.Unix(0, m.lastWrite.Load())) < time.Minute
-		if mdErr != nil || md.NumDelivered < maxIntakeAttempts || !storeUp {
-			_ = msg.NakWithDelay(time.Second)
+		m.committed(one, b, applied)
+		delete(refused, streamSeq(msg))
+		wrote = true
+	}
+	for _, f := range failed {
+		seq := streamSeq(f.msg)
+		if wrote {
+			refused[seq]++
+		}
+		if refused[seq] < maxIntakeAttempts {
+			_ = f.msg.NakWithDelay(time.Second)
 			continue
 		}
+		delete(refused, seq)
 		name := cons.CachedInfo().Name
-		m.cfg.Logger.Error("the ledger refuses a message; terminated", "consumer", name, "subject", msg.Subject(),
-			"stream_seq", md.Sequence.Stream, "deliveries", md.NumDelivered, "err", err)
+		m.cfg.Logger.Error("the ledger refuses a message; terminated", "consumer", name, "subject", f.msg.Subject(),
+			"stream_seq", seq, "err", f.err)
 		m.metrics.refused.WithLabelValues(name).Inc()
-		_ = msg.TermWithReason("the ack ledger refuses it: " + err.Error())
+		_ = f.msg.TermWithReason("the ack ledger refuses it: " + f.err.Error())
 	}
 	return wrote
+}
+
+// streamSeq is msg's sequence in its stream, or 0.
+func streamSeq(msg jetstream.Msg) uint64 {
+	md, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
 }
 
 // recorded counts what a committed batch changed and wakes the follow-up
@@ -279,7 +313,6 @@ func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, erro
 	if err != nil {
 		return a, fmt.Errorf("ackmonitor: apply: %w", err)
 	}
-	m.lastWrite.Store(time.Now().UnixNano())
 	return a, nil
 }
 

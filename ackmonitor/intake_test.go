@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,8 +71,9 @@ func (s refusing) Apply(ctx context.Context, b store.Batch) (store.Applied, erro
 
 // TestIntake_RefusedMessageHoldsUpNothing: a message the ledger refuses
 // fails its batch, and the batch is written one message at a time: the
-// others are recorded at once, and the refused one, after a few tries, is
-// terminated and counted instead of failing every batch for good.
+// others are recorded at once, and the refused one, after a few passes
+// that wrote others, is terminated and counted instead of failing every
+// batch for good.
 func TestIntake_RefusedMessageHoldsUpNothing(t *testing.T) {
 	t.Parallel()
 	const others = 20
@@ -108,8 +110,97 @@ func TestIntake_RefusedMessageHoldsUpNothing(t *testing.T) {
 		}
 		return err == nil && n == others
 	})
+	// A refused message counts only in passes that write others: as it
+	// would under load, it keeps meeting new messages.
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+				if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
 	eventually(t, 30*time.Second, "the refused send terminated", func() bool {
 		v, err := metricstest.Value(metrics.URL+"/metrics", `ackmonitor_intake_refused_total{consumer="ackmonitor_sends"}`)
 		return err == nil && v == 1
 	})
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outage is a ledger that refuses every write while down is set.
+type outage struct {
+	store.Store
+	down     *atomic.Bool
+	refusals *atomic.Int64
+}
+
+func (s outage) Apply(ctx context.Context, b store.Batch) (store.Applied, error) {
+	if s.down.Load() {
+		s.refusals.Add(1)
+		return store.Applied{}, errors.New("connection refused")
+	}
+	return s.Store.Apply(ctx, b)
+}
+
+// TestIntake_OutageTerminatesNothing: while the ledger is down every
+// message is refused many times over, but never on its own: nothing is
+// terminated, and everything is recorded once it is back.
+func TestIntake_OutageTerminatesNothing(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	var down atomic.Bool
+	var refusals atomic.Int64
+	mon := startMonitor(t, m.s, fastConfig(outage{Store: st, down: &down, refusals: &refusals}))
+	metrics := httptest.NewServer(mon.Handler())
+	t.Cleanup(metrics.Close)
+	m.agent("worker", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})
+	client := m.agent("client", nil)
+	recorded := func() int {
+		recs, err := st.Messages(ctx, store.Query{Receiver: "worker", Status: store.StatusACK, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(recs)
+	}
+	if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the first message recorded", func() bool { return recorded() == 1 })
+	down.Store(true)
+	for range n {
+		if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	terminated := func() float64 {
+		total := 0.0
+		for _, c := range []string{"ackmonitor_sends", "ackmonitor_events"} {
+			if v, err := metricstest.Value(metrics.URL+"/metrics", `ackmonitor_intake_refused_total{consumer="`+c+`"}`); err == nil {
+				total += v // absent until the first
+			}
+		}
+		return total
+	}
+	// The outage outlasts the attempts a refused message gets (5 passes).
+	eventually(t, 60*time.Second, "many refusals (or a termination)", func() bool { return refusals.Load() >= 60 || terminated() > 0 })
+	if v := terminated(); v != 0 {
+		t.Fatalf("%v messages terminated during an outage", v)
+	}
+	down.Store(false)
+	eventually(t, 30*time.Second, "everything recorded after the outage", func() bool { return recorded() == n+1 })
 }

@@ -54,7 +54,6 @@ type Monitor struct {
 	ready      chan struct{}
 	kick       chan struct{} // wakes the follow-up loop
 	applied    atomic.Uint64 // stream messages committed to the ledger
-	lastWrite  atomic.Int64  // UnixNano of the last ledger write that succeeded
 	direct     *directEvents // events directIntake wrote
 	activeAt   atomic.Int64  // UnixNano when refreshStatus last found this instance active
 	lastLag    atomic.Int64  // ns
