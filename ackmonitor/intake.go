@@ -219,6 +219,10 @@ func (m *Monitor) committed(msgs []jetstream.Msg, b intakeBatch, applied store.A
 // while writing others before the message is terminated.
 const maxIntakeAttempts = 5
 
+// maxRefused bounds writeEach's count of refusals; past it the count
+// starts again.
+const maxRefused = 10000
+
 // writeEach writes msgs one at a time after their batch failed, acking
 // each one written, and reports whether any was. A message that fails is
 // NAKed for redelivery. When others of the same pass were written, the
@@ -252,11 +256,16 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 		}
 		m.committed(one, b, applied)
 		delete(refused, streamSeq(msg))
-		wrote = true
+		// Only a store write is evidence the store takes writes: a message
+		// the intake ignores (or directIntake wrote) writes nothing.
+		wrote = wrote || len(b.Sends)+len(b.Events) > 0
+	}
+	if len(refused) > maxRefused {
+		clear(refused) // entries of messages handled elsewhere since (another instance, MaxAge)
 	}
 	for _, f := range failed {
 		seq := streamSeq(f.msg)
-		if wrote {
+		if wrote && seq > 0 {
 			refused[seq]++
 		}
 		if refused[seq] < maxIntakeAttempts {
