@@ -60,11 +60,14 @@ type Agent struct {
 	inFlight  atomic.Int64 // handlers running, for load and BUSY
 	heartbeat sync.WaitGroup
 	hbDone    chan struct{}
-	breakers  breakers
-	fast      fastBatches  // whether SendBatch may use fast batch publish
-	objects   payloadStore // large envelopes
-	shared    sharedState  // task state
-	handled   handledSet   // recently finished stream sequences
+	// announceMu orders a heartbeat's status against shutdown's STOPPING,
+	// so a READY decided before the stop cannot land after it.
+	announceMu sync.Mutex
+	breakers   breakers
+	fast       fastBatches  // whether SendBatch may use fast batch publish
+	objects    payloadStore // large envelopes
+	shared     sharedState  // task state
+	handled    handledSet   // recently finished stream sequences
 
 	metrics    *metrics // nil without WithMetrics
 	tracer     trace.Tracer
@@ -501,7 +504,9 @@ func (a *Agent) shutdown(begin func()) {
 	a.state = stateStopping
 	a.mu.Unlock()
 	if a.registry != nil {
+		a.announceMu.Lock()
 		a.announceBestEffort(StatusStopping)
+		a.announceMu.Unlock()
 	}
 	begin()
 	a.readers.Wait()
@@ -640,11 +645,13 @@ func (a *Agent) heartbeatLoop() {
 			if a.registry == nil {
 				continue
 			}
+			a.announceMu.Lock()
 			status := StatusReady
 			if a.lifecycle() == stateStopping {
 				status = StatusStopping
 			}
 			a.announceBestEffort(status)
+			a.announceMu.Unlock()
 			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.inFlight.Load(), "at": time.Now().UTC()})
 			if err := a.nc.Publish(hb, b); err != nil {
 				a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))

@@ -177,7 +177,9 @@ func (a *Agent) trackHealth(to string, err error) {
 	}
 	s := a.opts.breaker
 	switch {
-	case nack && nacks == s.NackThreshold:
+	case nack && (nacks == s.NackThreshold || nacks > s.NackThreshold && !degraded(reg, to)):
+		// Also again past the threshold: another sender's success may
+		// have cleared the mark since.
 		a.markHealth(reg, to, markDegraded, fmt.Sprintf("%d consecutive NACKs, last: %v", nacks, err))
 	case err == nil && (nacksBefore >= s.NackThreshold || degraded(reg, to)):
 		a.markHealth(reg, to, markDegraded, "") // any sender's success clears it

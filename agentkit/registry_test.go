@@ -260,6 +260,15 @@ func TestBreaker_ThreeNacksMarkDegraded(t *testing.T) {
 		rec, _ := reg.Get("flaky")
 		return !rec.Degraded
 	})
+	// orch's run of NACKs goes on past the threshold: it marks again.
+	reject.Store(true)
+	if _, err := orch.Request(ctx(t), "flaky", "work", nil); !agentkit.IsRemote(err) {
+		t.Fatalf("want a NACK, got %v", err)
+	}
+	eventually(t, 5*time.Second, "flaky degraded again", func() bool {
+		rec, _ := reg.Get("flaky")
+		return rec.Degraded && rec.DegradedBy == "orch"
+	})
 }
 
 // A restarted agent clears a degraded mark left from before.
