@@ -142,6 +142,15 @@ func (m *Monitor) sendsBatch(msgs []jetstream.Msg) intakeBatch {
 func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) intakeBatch) {
 	isEvents := cons == m.events
 	refused := map[uint64]int{} // see writeEach
+	// eventsThrough may not pass a failed write's NAKed events before
+	// they are redelivered (writeEach's delay): a pull before then finds
+	// them missing, not written.
+	var nakedUntil int64
+	through := func(pulled int64) {
+		if isEvents && pulled > nakedUntil {
+			m.eventsThrough.Store(pulled)
+		}
+	}
 	for ctx.Err() == nil {
 		pulled := time.Now().UnixNano()
 		if isEvents {
@@ -162,9 +171,7 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 			continue
 		}
 		if len(msgs) == 0 {
-			if isEvents {
-				m.eventsThrough.Store(pulled)
-			}
+			through(pulled)
 			continue
 		}
 		if isEvents {
@@ -182,6 +189,7 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 			if !m.writeEach(ctx, cons, msgs, toBatch, refused) {
 				sleep(ctx, time.Second) // nothing written: the store is down
 			}
+			nakedUntil = time.Now().Add(intakeNakDelay).UnixNano()
 			continue
 		}
 		m.committed(msgs, b, applied)
@@ -190,8 +198,8 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 				delete(refused, streamSeq(msg)) // written after all
 			}
 		}
-		if isEvents && whole {
-			m.eventsThrough.Store(pulled)
+		if whole {
+			through(pulled)
 		}
 	}
 }
@@ -214,6 +222,10 @@ func (m *Monitor) committed(msgs []jetstream.Msg, b intakeBatch, applied store.A
 		m.metrics.lag.Set(lag.Seconds())
 	}
 }
+
+// intakeNakDelay is how long a message the ledger refused waits for its
+// redelivery.
+const intakeNakDelay = time.Second
 
 // maxIntakeAttempts is how many passes of writeEach may refuse a message
 // while writing others before the message is terminated.
@@ -243,7 +255,7 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 	for i, msg := range msgs {
 		if !wrote && len(failed) == 3 {
 			for _, rest := range msgs[i:] {
-				_ = rest.NakWithDelay(time.Second)
+				_ = rest.NakWithDelay(intakeNakDelay)
 			}
 			break
 		}
@@ -269,7 +281,7 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 			refused[seq]++
 		}
 		if refused[seq] < maxIntakeAttempts {
-			_ = f.msg.NakWithDelay(time.Second)
+			_ = f.msg.NakWithDelay(intakeNakDelay)
 			continue
 		}
 		delete(refused, seq)
