@@ -139,6 +139,25 @@ func TestBundle_WriteDir(t *testing.T) {
 	if _, err := nats.Connect(s.ClientURL(), nats.UserInfo("planner", "")); err == nil {
 		t.Fatal("connected without credentials")
 	}
+
+	// SeedFileOptions sets the inbox the file records, and reads the seed
+	// at each signature, keeping none: a connection after the file is
+	// gone (or rotated) does not sign with the old seed.
+	fileOpts, err := auth.SeedFileOptions(filepath.Join(dir, "planner.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc = natstest.Connect(t, s, fileOpts...)
+	if _, err := nc.Request("$JS.API.CONSUMER.INFO.MESH.planner_normal", nil, 5*time.Second); err != nil {
+		t.Fatalf("JS API call through the inbox SeedFileOptions set: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "planner.nk")); err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := nats.Connect(s.ClientURL(), fileOpts...); err == nil {
+		nc.Close()
+		t.Fatal("connected with the seed of a removed file: SeedFileOptions kept it")
+	}
 }
 
 // writeServerConf writes a minimal nats-server.conf including the

@@ -1,11 +1,9 @@
 package auth
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -40,15 +38,6 @@ func (c Credentials) inbox() string {
 // subscribing only below that prefix) and the connection name. Add TLS,
 // URLs and an error handler (see [Watcher]) as needed.
 func (c Credentials) Options() ([]nats.Option, error) {
-	opts, err := c.authOptions()
-	if err != nil {
-		return nil, err
-	}
-	return append(opts, nats.Name(c.Name)), nil
-}
-
-// authOptions are [Credentials.Options] without the connection name.
-func (c Credentials) authOptions() ([]nats.Option, error) {
 	kp, err := nkeys.FromSeed(c.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("auth: credentials of %q: %w", c.Name, err)
@@ -63,34 +52,32 @@ func (c Credentials) authOptions() ([]nats.Option, error) {
 	return []nats.Option{
 		nats.Nkey(pub, kp.Sign),
 		nats.CustomInboxPrefix(c.inbox()),
+		nats.Name(c.Name),
 	}, nil
 }
 
 // SeedFileOptions returns the nats.Options that authenticate with the nkey
-// seed file at path. For a file [Bundle.WriteDir] wrote (it records the
-// user's inbox), they also set the user's private inbox prefix, as
-// [Credentials.Options] does; any other seed file gets nkey authentication
-// only. The connection name is left to the caller.
+// seed file at path (nats.NkeyOptionFromSeed: the seed is read from the
+// file for each signature and not kept, so a rotated file takes effect at
+// the next reconnect). For a file [Bundle.WriteDir] wrote, which records
+// the user's inbox, they also set that private inbox prefix, as
+// [Credentials.Options] does. The connection name is left to the caller.
 func SeedFileOptions(path string) ([]nats.Option, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
-	generated := hasHeader(data, headerInbox)
+	inbox := headerValue(data, headerInbox)
 	clear(data)
-	if !generated {
-		o, err := nats.NkeyOptionFromSeed(path)
-		if err != nil {
-			return nil, fmt.Errorf("auth: %s: %w", path, err)
-		}
-		return []nats.Option{o}, nil
-	}
-	c, err := LoadCredentials(path)
+	o, err := nats.NkeyOptionFromSeed(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("auth: %s: %w", path, err)
 	}
-	defer clear(c.Seed)
-	return c.authOptions()
+	opts := []nats.Option{o}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
+	}
+	return opts, nil
 }
 
 // IsSeedFile reports whether data is an nkey seed file (such as the ones
@@ -108,13 +95,14 @@ func IsSeedFile(data []byte) bool {
 	return true
 }
 
-// hasHeader reports whether a line of data starts with header.
-func hasHeader(data []byte, header string) bool {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if strings.HasPrefix(strings.TrimSpace(sc.Text()), header) {
-			return true
+// headerValue returns the value of the comment line of data that starts
+// with header, or "". It reads the lines as bytes, so no string of the
+// seed line is made (one could not be wiped).
+func headerValue(data []byte, header string) string {
+	for line := range bytes.Lines(data) {
+		if v, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte(header)); ok {
+			return string(v)
 		}
 	}
-	return false
+	return ""
 }
