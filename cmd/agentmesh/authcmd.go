@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/auth"
@@ -51,6 +53,18 @@ Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exi
 			if err != nil {
 				return usageErr(err)
 			}
+			var js jetstream.JetStream
+			ctx, cancel := opTimeout(cmd.Context())
+			defer cancel()
+			if provision {
+				// Connect first: the credentials it connects with may be
+				// in out, which WriteDir rewrites.
+				var nc *nats.Conn
+				if nc, js, err = a.jetStream(ctx, "agentmesh-auth"); err != nil {
+					return err
+				}
+				defer nc.Close()
+			}
 			if err := b.WriteDir(out); err != nil {
 				return err
 			}
@@ -59,13 +73,6 @@ Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exi
 			if !provision {
 				return nil
 			}
-			ctx, cancel := opTimeout(cmd.Context())
-			defer cancel()
-			nc, js, err := a.jetStream(ctx, "agentmesh-auth")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
 			if err := auth.Provision(ctx, js, a.scheme(), specs, auth.ProvisionOptions{
 				Replicas: a.cfg.Mesh.Replicas, Registry: registration, Payloads: payloads,
 			}); err != nil {

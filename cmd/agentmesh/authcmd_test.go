@@ -63,7 +63,17 @@ func TestAuth_GeneratedCredentialsConnect(t *testing.T) {
 		}
 	})
 	url := srv.ClientURL()
-	code, out, errOut := cli(t, "auth", "--out", t.TempDir(), "--provision", "-s", url, "--creds", filepath.Join(dir, "admin.nk"), "orch_1", "planner_1")
+	// As README shows it: the admin key in the directory auth writes to.
+	// auth connects before it rewrites the directory.
+	regen := t.TempDir()
+	admin, err := os.ReadFile(filepath.Join(dir, "admin.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(regen, "admin.nk"), admin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "auth", "--out", regen, "--provision", "-s", url, "--creds", filepath.Join(regen, "admin.nk"), "orch_1", "planner_1")
 	if code != exitOK || !strings.Contains(out, "provisioned stream MESH") {
 		t.Fatalf("auth --provision --creds admin.nk: exit %d: %s %s", code, out, errOut)
 	}
