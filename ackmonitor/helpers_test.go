@@ -261,3 +261,32 @@ func rateOf(t testing.TB, st store.Store, agent, prio string) store.Rate {
 	}
 	return store.Rate{Agent: agent, Priority: prio}
 }
+
+// steadyTraffic sends action to agent to from sender every interval until
+// stop, which returns how many were sent and the first error, if any.
+func steadyTraffic(ctx context.Context, sender *agentkit.Agent, to, action string, every time.Duration) (stop func() (int, error)) {
+	quit, done := make(chan struct{}), make(chan error, 1)
+	sent := 0 // the sender goroutine's until done
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			case <-tick.C:
+				if _, err := sender.Send(ctx, to, action, nil); err != nil {
+					done <- err
+					return
+				}
+				sent++
+			}
+		}
+	}()
+	return func() (int, error) {
+		close(quit)
+		err := <-done
+		return sent, err
+	}
+}

@@ -112,29 +112,12 @@ func TestIntake_RefusedMessageHoldsUpNothing(t *testing.T) {
 	})
 	// A refused message counts only in passes that write others: as it
 	// would under load, it keeps meeting new messages.
-	stop, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			case <-tick.C:
-				if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
-					done <- err
-					return
-				}
-			}
-		}
-	}()
+	stop := steadyTraffic(ctx, client, "worker", "ok", 50*time.Millisecond)
 	eventually(t, 30*time.Second, "the refused send terminated", func() bool {
 		v, err := metricstest.Value(metrics.URL+"/metrics", `ackmonitor_intake_refused_total{consumer="ackmonitor_sends"}`)
 		return err == nil && v == 1
 	})
-	close(stop)
-	if err := <-done; err != nil {
+	if _, err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }

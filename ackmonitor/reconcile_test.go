@@ -99,31 +99,12 @@ func TestReconcile_InfersUnderSteadyTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	traffic, stop := m.agent("traffic", nil), make(chan struct{})
-	done := make(chan error, 1)
-	sent := 0 // written by the sender goroutine, read after done
-	go func() {
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			case <-tick.C:
-				if _, err := traffic.Send(ctx, "sampled", "ok", nil); err != nil {
-					done <- err
-					return
-				}
-				sent++
-			}
-		}
-	}()
+	stop := steadyTraffic(ctx, m.agent("traffic", nil), "sampled", "ok", 5*time.Millisecond)
 	eventually(t, 20*time.Second, "the unsampled ACKs inferred under traffic", func() bool {
 		return rateOf(t, st, "unsampled", "normal").Acked == unsampled
 	})
-	close(stop)
-	if err := <-done; err != nil {
+	sent, err := stop()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if sent < 20 {
