@@ -93,10 +93,10 @@
 // message by stream sequence, copies it with its headers to
 // mesh.dlq.<receiver>.<priority>.<sender> (plus the Mesh-Dlq-* headers;
 // Nats-Msg-Id "<message id>:<consumer>" so a retried copy is deduplicated)
-// and, for TIMEOUT rows (and NACK rows when EscalateTerminated is set),
-// marks the receiver potentially unavailable (in its store until the
-// receiver's next ACK, and in the agent registry, status UNAVAILABLE, for
-// UnavailableFor) and sends an "escalation"
+// and, for TIMEOUT rows, marks the receiver potentially unavailable (in
+// its store until the receiver's next ACK, and in the agent registry,
+// status UNAVAILABLE, for UnavailableFor); for TIMEOUT rows (and NACK rows
+// when EscalateTerminated is set) it sends an "escalation"
 // notification envelope, priority high, to the sender's director
 // ([DirectorResolver]; by default the "director" field of the sender's
 // registry entry, else DefaultDirector). The payload is an [Escalation]:

@@ -245,7 +245,8 @@ func WithRegistration(on bool) Option {
 
 // WithHeartbeat sets the heartbeat interval. The registry key lives for
 // three intervals, so an agent that stops heartbeating is UNAVAILABLE after
-// three missed beats. At least 334ms (the server's 1s minimum key TTL).
+// three missed beats. Above 1s/3 (the server's 1s minimum key TTL): at
+// least 334.34ms.
 // Default: 5s.
 func WithHeartbeat(interval time.Duration) Option {
 	return optionFunc(func(o *options) error {

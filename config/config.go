@@ -62,7 +62,7 @@ type Config struct {
 	Agent Agent `yaml:"agent"`
 	// Monitor configures the ack monitor.
 	Monitor Monitor `yaml:"monitor"`
-	// Dev configures the embedded development stack (agentmesh up and demo).
+	// Dev configures the embedded development stack (agentmesh up).
 	Dev Dev `yaml:"dev"`
 }
 
@@ -169,7 +169,9 @@ type Policy struct {
 type Monitor struct {
 	// DataDir is the directory of the SQLite ledger (file ackmonitor.db,
 	// see [OpenSQLite]) when no PostgreSQL DSN is given; created if needed.
-	// Default: "" (the binary picks a directory; agentmesh uses Dev.DataDir).
+	// Default: "" (the binary picks: ackmonitor ./data, agentmesh up
+	// <its data dir>/ackmonitor). agentmesh demo always keeps its ledger
+	// with its own store and ignores this and PostgresDSN.
 	DataDir string `yaml:"data_dir"`
 	// PostgresDSN selects the PostgreSQL store. Default: "" (SQLite).
 	PostgresDSN string `yaml:"postgres_dsn"`

@@ -29,7 +29,7 @@ with itself as the sender token of the subject scheme, pull and ack only its
 own consumers, and use only its private inbox prefix _INBOX_<agent>; it
 cannot create or delete streams or consumers. With --provision, auth also
 connects (as an administrator: --server and --creds, e.g. the admin.nk of an
-earlier run, kept outside --out, which is rewritten) and creates the message
+earlier run; it may be in --out, which is rewritten once connected) and creates the message
 stream and every agent's consumers, which the agents then bind to with
 agentkit.WithProvisioning(false).
 

@@ -25,7 +25,9 @@ func (a *app) sendCmd(request bool) *cobra.Command {
 	use, short := "send", "Send a message to an agent (stored; does not wait)"
 	long := `send builds an envelope from flags (or reads one from --file, validated like
 any received envelope) and stores it in the mesh stream for the receiving agent.
-It returns once the stream has acknowledged it and prints the message id. A
+It returns once the stream has stored it and prints the message id; if the
+stream already holds the envelope's message_id (sent within its 2-minute
+duplicate window, e.g. a --file sent again), it stores nothing and exits 1. A
 file's envelope goes to its receiver_id, else its topic, else to every agent
 (printed as "broadcast"); with --file the envelope flags are errors.`
 	if request {
