@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -31,7 +32,9 @@ type delivery struct {
 
 	// set while the handler runs; see scan
 	start  time.Time
-	cancel context.CancelFunc
+	cancel context.CancelFunc // ends the handler's ctx at the processing limit
+	// span is the handle span, which the replies settle sends continue.
+	span trace.Span
 	// redelivered is the count of a redelivery that arrived while the
 	// handler ran (see handledSet.begin); 0 if none did.
 	redelivered atomic.Uint64
@@ -246,7 +249,7 @@ func (a *Agent) receive(d *delivery) bool {
 	if env.Expired(time.Now()) {
 		a.settleAck(d, OutcomeExpired)
 		if env.RequiresAck {
-			a.reply(env.NewAck(a.id, NewError(CodeExpired, "ttl of %dms passed before handling", env.TTLMillis), 0))
+			a.reply(d, env.NewAck(a.id, NewError(CodeExpired, "ttl of %dms passed before handling", env.TTLMillis), 0))
 		}
 		return false
 	}
@@ -311,16 +314,17 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 		return
 	}
 	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
-	ctx, cancel := context.WithCancel(ctx)
-	d.start, d.cancel = time.Now(), cancel
+	ctx, cancel := context.WithCancelCause(ctx)
+	d.start, d.cancel, d.span = time.Now(), func() { cancel(errProcessingLimit) }, span
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
 	slot.Store(d)
 	a.inFlight.Add(1)
 	err := a.call(ctx, h, &d.message)
 	a.inFlight.Add(-1)
 	slot.Store(nil)
-	cancel()
-	if err != nil && ctx.Err() != nil && a.runCtx.Err() == nil && errors.Is(err, context.Canceled) {
+	limited := context.Cause(ctx) == errProcessingLimit
+	cancel(nil)
+	if err != nil && limited && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.src.policy.ProcessingLimit)
 	}
 	elapsed := time.Since(d.start)
@@ -416,15 +420,15 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		a.release(d)
 		a.trackTask(env)
 		if env.RequiresAck && a.answers(d) {
-			a.reply(env.NewAck(a.id, nil, elapsed))
+			a.reply(d, env.NewAck(a.id, nil, elapsed))
 		}
 	case outcomeRetry:
-		a.countError(string(code))
 		if a.stopping.Load() && errors.Is(err, context.Canceled) {
-			a.brokerErr(d.msg.Nak(), d, "nak")
+			a.brokerErr(d.msg.Nak(), d, "nak") // cut short by Stop: not the handler's error
 			a.stats.add(OutcomeNak)
 			return
 		}
+		a.countError(string(code))
 		attempt := d.attempt()
 		if delay <= 0 {
 			delay = d.src.policy.retryDelay(attempt)
@@ -433,7 +437,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		a.stats.add(OutcomeNak)
 		if attempt >= uint64(d.src.policy.MaxDeliver) && a.answers(d) {
 			e := NewError(code, "giving up after %d attempts: %v", attempt, err)
-			a.reply(a.failureReply(env, e, elapsed))
+			a.reply(d, a.failureReply(env, e, elapsed))
 		}
 	case outcomeReroute:
 		var rr *rerouteError
@@ -457,7 +461,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			a.stats.add(OutcomeCapabilityMissing)
 		}
 		if a.answers(d) {
-			a.reply(a.failureReply(env, e, elapsed))
+			a.reply(d, a.failureReply(env, e, elapsed))
 		}
 		a.handled.add(d.seq)
 		a.brokerErr(d.msg.TermWithReason(string(e.Code)+": "+e.Message), d, "term")
@@ -504,14 +508,27 @@ func (a *Agent) brokerErr(err error, d *delivery, op string) {
 	}
 }
 
-// reply publishes a reply from the settle path, reporting failures to the
-// error handler.
-func (a *Agent) reply(env *Envelope) {
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
+// errProcessingLimit is the cause of a handler ctx the scanner ends.
+var errProcessingLimit = errors.New("agentkit: processing limit reached")
+
+// reply publishes a reply to d from the settle path, reporting failures to
+// the error handler.
+func (a *Agent) reply(d *delivery, env *Envelope) {
+	ctx, cancel := a.settleContext(d)
 	defer cancel()
 	if err := a.sendReply(ctx, env); err != nil {
 		a.asyncError(err)
 	}
+}
+
+// settleContext is the context of what settling d publishes: bounded by
+// the publish timeout, and in the trace of d's handle span, if it ran.
+func (a *Agent) settleContext(d *delivery) (context.Context, context.CancelFunc) {
+	ctx := context.Background()
+	if d.span != nil {
+		ctx = trace.ContextWithSpan(ctx, d.span)
+	}
+	return context.WithTimeout(ctx, a.opts.publishTimeout)
 }
 
 // lanes serialises the messages of each task: the reader, which sees a

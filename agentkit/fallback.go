@@ -128,7 +128,7 @@ func (e *Envelope) forward(self, selfType, to, reason string) *Envelope {
 // reroute forwards d's message to another agent with capability. It
 // returns nil once the forward is stored, or why it could not be.
 func (a *Agent) reroute(d *delivery, capability string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
+	ctx, cancel := a.settleContext(d)
 	defer cancel()
 	to, err := a.pickFallback(ctx, capability, a.id)
 	if err != nil {

@@ -150,6 +150,39 @@ func TestTracing_OneTraceAcrossThreeAgents(t *testing.T) {
 	}
 }
 
+// The replies the runtime sends itself (the ACK of SendAndWait, the error
+// envelope of a Reject) continue the sender's trace, as handlers' replies
+// do; they started a trace of their own.
+func TestTracing_RuntimeRepliesContinueTheTrace(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	opts := []agentkit.Option{agentkit.WithTracerProvider(tp), agentkit.WithPropagator(propagation.TraceContext{}), agentkit.WithRegistration(false)}
+	m.started("worker", map[string]agentkit.HandlerFunc{
+		"work":   func(context.Context, *agentkit.Message) error { return nil },
+		"refuse": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
+	}, opts...)
+	orch := m.started("orch", nil, opts...)
+	root, span := tp.Tracer("test").Start(context.Background(), "workflow")
+	ack, err := orch.SendAndWait(root, "worker", "work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, err := orch.Request(root, "worker", "refuse", nil)
+	span.End()
+	if !agentkit.IsRemote(err) {
+		t.Fatalf("refuse: %v, want the remote INVALID", err)
+	}
+	want := span.SpanContext().TraceID().String()
+	for name, e := range map[string]*agentkit.Envelope{"ack": ack.Envelope, "error reply": refused} {
+		if e.Trace == nil || e.Trace.TraceID != want {
+			t.Errorf("the %s is in trace %+v, want the caller's %s", name, e.Trace, want)
+		}
+	}
+}
+
 // Logs are structured and quiet by default; payloads appear only when asked for.
 func TestLogging_StructuredWithoutPayloads(t *testing.T) {
 	t.Parallel()

@@ -176,6 +176,28 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	}
 }
 
+// A context.Canceled of the handler's own (a sub-operation it cancelled)
+// is its error, not the processing limit: it was reported as TIMEOUT
+// ("processing limit reached").
+func TestOutcome_OwnCancelIsNotTheProcessingLimit(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, _ *agentkit.Message) error {
+		sub, cancel := context.WithCancel(ctx)
+		cancel()
+		return sub.Err()
+	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(time.Second)))
+	sender := m.started("sender", nil)
+	_, err := sender.Request(ctx(t), "recv", "work", nil)
+	var e *agentkit.Error
+	if !errors.As(err, &e) || !agentkit.IsRemote(err) {
+		t.Fatalf("Request error = %v, want the receiver's error after its last attempt", err)
+	}
+	if e.Code == agentkit.CodeTimeout || strings.Contains(e.Message, "processing limit") {
+		t.Fatalf("the handler's own cancel reported as %s %q", e.Code, e.Message)
+	}
+}
+
 // A handler that ignores its cancelled context outlives the processing
 // limit, so the server redelivers its message while it still runs. The
 // redelivery is left to the running handler, which learns that the server
