@@ -546,6 +546,9 @@ func (a *Agent) shutdown(begin func()) {
 	a.mu.Unlock()
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
 	a.failWaiters()
+	if a.metrics != nil {
+		a.metrics.forget(a.id)
+	}
 	close(a.closed)
 	a.opts.logger.Info("agent stopped", "agent", a.id)
 }

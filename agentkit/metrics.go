@@ -140,3 +140,12 @@ func (a *Agent) observeBreaker(to string, s BreakerState) {
 		a.metrics.breaker.WithLabelValues(a.id, to).Set(map[BreakerState]float64{BreakerClosed: 0, BreakerHalfOpen: 1, BreakerOpen: 2}[s])
 	}
 }
+
+// forget removes the gauges of agent id, which stopped: frozen values
+// would read as its state, and a process that starts and stops agents
+// would keep their series for ever.
+func (m *metrics) forget(id string) {
+	m.queue.DeletePartialMatch(prometheus.Labels{"agent_id": id})
+	m.prefetch.DeletePartialMatch(prometheus.Labels{"agent_id": id})
+	m.breaker.DeletePartialMatch(prometheus.Labels{"source": id})
+}

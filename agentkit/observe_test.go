@@ -97,6 +97,21 @@ func TestMetrics_SeedCollectors(t *testing.T) {
 			}
 		}
 	}
+	// A stopped agent's gauges go: frozen, they would read as its state.
+	planner.Stop()
+	mfs, _ = reg.Gather()
+	for _, mf := range mfs {
+		if name := mf.GetName(); name != "agent_queue_size" && name != "agent_prefetch" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			for _, lp := range mm.GetLabel() {
+				if lp.GetName() == "agent_id" && lp.GetValue() == "planner" {
+					t.Errorf("after Stop %s still reports planner: %v", mf.GetName(), mm.GetLabel())
+				}
+			}
+		}
+	}
 }
 
 // One request/response across three agents forms one trace: the
