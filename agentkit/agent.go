@@ -545,7 +545,6 @@ func (a *Agent) shutdown(begin func()) {
 	a.state = stateStopped
 	a.mu.Unlock()
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
-	a.failWaiters()
 	if a.metrics != nil {
 		a.metrics.forget(a.id)
 	}

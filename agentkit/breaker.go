@@ -194,8 +194,9 @@ func (a *Agent) trackHealth(to string, err error) {
 
 // degraded reports whether the registry shows agent marked degraded.
 func degraded(reg *Registry, agent string) bool {
-	rec, ok := reg.Get(agent)
-	return ok && rec.Degraded
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	return reg.health[agent].Degraded
 }
 
 // consecutive advances a count of events in a row: up on hit, kept on

@@ -32,7 +32,7 @@ type delivery struct {
 
 	// set while the handler runs; see scan
 	start  time.Time
-	cancel context.CancelFunc // ends the handler's ctx at the processing limit
+	cancel context.CancelCauseFunc // ends the handler's ctx (errProcessingLimit at the limit)
 	// span is the handle span, which the replies settle sends continue.
 	span trace.Span
 	// redelivered is the count of a redelivery that arrived while the
@@ -315,7 +315,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	}
 	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
 	ctx, cancel := context.WithCancelCause(ctx)
-	d.start, d.cancel, d.span = time.Now(), func() { cancel(errProcessingLimit) }, span
+	d.start, d.cancel, d.span = time.Now(), cancel, span
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
 	slot.Store(d)
 	a.inFlight.Add(1)
@@ -355,7 +355,7 @@ func (a *Agent) scan(slots []atomic.Pointer[delivery], tick time.Duration, done 
 					continue
 				}
 				if now.Sub(d.start) >= d.src.policy.ProcessingLimit {
-					d.cancel() // no more InProgress: the broker will see a timeout unless the handler returns
+					d.cancel(errProcessingLimit) // no more InProgress: the broker will see a timeout unless the handler returns
 					continue
 				}
 				keepAlive(now, d, progress)

@@ -265,24 +265,44 @@ func chunks(n, size int) [][2]int {
 	return out
 }
 
-// storable returns a copy of b whose strings every dialect can store (see
-// text).
+// storable returns b, or a copy of it when some of its strings need
+// text to be stored by every dialect.
 func (b Batch) storable() Batch {
+	if b.textOK() {
+		return b // the usual case: no copy
+	}
 	out := Batch{Sends: slices.Clone(b.Sends), Events: slices.Clone(b.Events)}
-	for i := range out.Sends {
-		x := &out.Sends[i]
-		for _, f := range [...]*string{&x.MessageID, &x.Sender, &x.Receiver, &x.Topic, &x.Kind, &x.Priority,
-			&x.MessageType, &x.Action, &x.Correlation, &x.Workflow, &x.InReplyTo} {
-			*f = text(*f)
-		}
-	}
-	for i := range out.Events {
-		x := &out.Events[i]
-		for _, f := range [...]*string{&x.ID, &x.Consumer, &x.Receiver, &x.Priority, &x.Reason} {
-			*f = text(*f)
-		}
-	}
+	out.eachText(func(f *string) bool { *f = text(*f); return true })
 	return out
+}
+
+// textOK reports whether every string of b is stored as it is.
+func (b Batch) textOK() bool {
+	return b.eachText(func(f *string) bool { return text(*f) == *f })
+}
+
+// eachText calls f with each string field of b's sends and events that
+// comes from a publisher, until f returns false; it reports whether f
+// always returned true.
+func (b Batch) eachText(f func(*string) bool) bool {
+	for i := range b.Sends {
+		x := &b.Sends[i]
+		for _, p := range [...]*string{&x.MessageID, &x.Sender, &x.Receiver, &x.Topic, &x.Kind, &x.Priority,
+			&x.MessageType, &x.Action, &x.Correlation, &x.Workflow, &x.InReplyTo} {
+			if !f(p) {
+				return false
+			}
+		}
+	}
+	for i := range b.Events {
+		x := &b.Events[i]
+		for _, p := range [...]*string{&x.ID, &x.Consumer, &x.Receiver, &x.Priority, &x.Reason} {
+			if !f(p) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // text returns s with NUL bytes and invalid UTF-8 replaced by U+FFFD.
