@@ -55,15 +55,14 @@ func TestIntake_PullsDropNothing(t *testing.T) {
 	})
 }
 
-// refusing is a ledger that refuses every batch holding the send of one
-// message id: data a store cannot take.
+// refusing is a ledger that refuses the batches refuse picks.
 type refusing struct {
 	store.Store
-	id string
+	refuse func(store.Batch) bool
 }
 
 func (s refusing) Apply(ctx context.Context, b store.Batch) (store.Applied, error) {
-	if slices.ContainsFunc(b.Sends, func(x store.Send) bool { return x.MessageID == s.id }) {
+	if s.refuse(b) {
 		return store.Applied{}, errors.New("cannot store that")
 	}
 	return s.Store.Apply(ctx, b)
@@ -97,7 +96,10 @@ func TestIntake_RefusedMessageHoldsUpNothing(t *testing.T) {
 	if err := client.SendBatch(ctx, envs); err != nil { // in the stream before the monitor starts: one fetch
 		t.Fatal(err)
 	}
-	mon := startMonitor(t, m.s, fastConfig(refusing{Store: st, id: "poison"}))
+	poison := func(b store.Batch) bool { // data a store cannot take
+		return slices.ContainsFunc(b.Sends, func(x store.Send) bool { return x.MessageID == "poison" })
+	}
+	mon := startMonitor(t, m.s, fastConfig(refusing{Store: st, refuse: poison}))
 	metrics := httptest.NewServer(mon.Handler())
 	t.Cleanup(metrics.Close)
 	eventually(t, 20*time.Second, "the other sends recorded", func() bool {
@@ -122,21 +124,6 @@ func TestIntake_RefusedMessageHoldsUpNothing(t *testing.T) {
 	}
 }
 
-// outage is a ledger that refuses every write while down is set.
-type outage struct {
-	store.Store
-	down     *atomic.Bool
-	refusals *atomic.Int64
-}
-
-func (s outage) Apply(ctx context.Context, b store.Batch) (store.Applied, error) {
-	if s.down.Load() {
-		s.refusals.Add(1)
-		return store.Applied{}, errors.New("connection refused")
-	}
-	return s.Store.Apply(ctx, b)
-}
-
 // TestIntake_OutageTerminatesNothing: while the ledger is down every
 // message is refused many times over, but never on its own: nothing is
 // terminated, and everything is recorded once it is back.
@@ -148,7 +135,14 @@ func TestIntake_OutageTerminatesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	var down atomic.Bool
 	var refusals atomic.Int64
-	mon := startMonitor(t, m.s, fastConfig(outage{Store: st, down: &down, refusals: &refusals}))
+	outage := func(store.Batch) bool { // every write while down
+		if down.Load() {
+			refusals.Add(1)
+			return true
+		}
+		return false
+	}
+	mon := startMonitor(t, m.s, fastConfig(refusing{Store: st, refuse: outage}))
 	metrics := httptest.NewServer(mon.Handler())
 	t.Cleanup(metrics.Close)
 	m.agent("worker", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})

@@ -114,15 +114,21 @@ func TestMetrics_SeedCollectors(t *testing.T) {
 	}
 }
 
+// traced returns a tracer provider exporting to exp, and the options that
+// make an agent trace through it.
+func traced(t *testing.T) (tp *sdktrace.TracerProvider, exp *tracetest.InMemoryExporter, opts []agentkit.Option) {
+	exp = tracetest.NewInMemoryExporter()
+	tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return tp, exp, []agentkit.Option{agentkit.WithTracerProvider(tp), agentkit.WithPropagator(propagation.TraceContext{}), agentkit.WithRegistration(false)}
+}
+
 // One request/response across three agents forms one trace: the
 // orchestrator asks the planner, whose handler asks the executor.
 func TestTracing_OneTraceAcrossThreeAgents(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	opts := []agentkit.Option{agentkit.WithTracerProvider(tp), agentkit.WithPropagator(propagation.TraceContext{}), agentkit.WithRegistration(false)}
+	tp, exp, opts := traced(t)
 	m.started("executor", map[string]agentkit.HandlerFunc{"execute": func(ctx context.Context, msg *agentkit.Message) error {
 		if msg.Trace == nil || msg.Trace.TraceID == "" {
 			return agentkit.Reject(agentkit.CodeInvalid, "no trace ids in the envelope")
@@ -171,10 +177,7 @@ func TestTracing_OneTraceAcrossThreeAgents(t *testing.T) {
 func TestTracing_RuntimeRepliesContinueTheTrace(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	opts := []agentkit.Option{agentkit.WithTracerProvider(tp), agentkit.WithPropagator(propagation.TraceContext{}), agentkit.WithRegistration(false)}
+	tp, _, opts := traced(t)
 	m.started("worker", map[string]agentkit.HandlerFunc{
 		"work":   func(context.Context, *agentkit.Message) error { return nil },
 		"refuse": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
