@@ -14,9 +14,15 @@ import (
 //
 //	task.assign    in_progress, assigned to the receiver
 //	task.update    the update's status (in_progress, ...), with its progress
-//	task.complete  completed, with the result
-//	task.failed    failed, with the error report
+//	task.complete  completed, with the result (and no error report)
+//	task.failed    failed, with the error report (and no result)
 //	task.handoff   history only: the new owner is known once it acts
+//
+// Whatever order the messages are acked in, the status, result and error
+// are those of the newest message by its timestamp (ties: the greater
+// message id), a finished status outranking an unfinished one; the
+// assigned agent is that of the newest task.assign. The history holds
+// every message in timestamp order.
 //
 // Reroutes and fallbacks of a message with a task id are recorded in the
 // task's history too. Failures to record are reported to the error
@@ -51,48 +57,96 @@ func (a *Agent) trackTask(env *Envelope) {
 	}
 	a.recordTask(env.TaskID, func(t *TaskState) {
 		// Messages are recorded when acked, which is not the order they
-		// were sent in (an assignment is acked after its handler has sent
-		// the task's updates): events are placed by the message's own
-		// timestamp, and a finished task never goes back to in progress.
+		// were sent in (priorities, redeliveries, several instances; an
+		// assignment is acked after its handler has sent the task's
+		// updates): the event is placed by the message's own timestamp,
+		// and the message sets the task's fields only if no message
+		// recorded before it supersedes it.
 		ev := TaskEvent{Timestamp: env.Timestamp, EventType: strings.TrimPrefix(env.Action, "task."), AgentID: env.SenderID,
 			Details: map[string]any{"message_id": env.MessageID, "receiver": a.id}}
-		status := t.Status
+		var result json.RawMessage
+		var report *ErrorReport
 		switch env.Action {
-		case ActionTaskAssign:
-			status = TaskInProgress
-			if t.AssignedAgent == "" || !t.Status.Terminal() {
-				t.AssignedAgent = a.id
-			}
 		case ActionTaskUpdate:
 			var u TaskUpdate
 			if json.Unmarshal(env.Payload, &u) == nil && u.Status.Valid() {
-				status = u.Status
+				ev.Details["status"] = string(u.Status)
 				ev.Details["progress"] = u.Progress
 			}
 		case ActionTaskComplete:
 			var c TaskComplete
 			if json.Unmarshal(env.Payload, &c) == nil {
-				t.Result = c.Result
+				result = c.Result
 			}
-			status = TaskCompleted
 		case ActionTaskFailed:
 			var f TaskFailure
 			if json.Unmarshal(env.Payload, &f) == nil {
-				t.Error = &f.Error
+				report = &f.Error
 			}
-			status = TaskFailed
 		}
-		if !t.Status.Terminal() || status.Terminal() {
+		status, ok := eventStatus(ev)
+		if ok && (!t.Status.Terminal() || status.Terminal()) &&
+			!slices.ContainsFunc(t.History, func(o TaskEvent) bool { return supersedes(o, ev) }) {
 			t.Status = status
+			if env.Action == ActionTaskComplete || env.Action == ActionTaskFailed {
+				t.Result, t.Error = result, report
+			}
+		}
+		if env.Action == ActionTaskAssign &&
+			!slices.ContainsFunc(t.History, func(o TaskEvent) bool { return o.EventType == ev.EventType && later(o, ev) }) {
+			t.AssignedAgent = a.id
 		}
 		t.History = insertEvent(t.History, ev)
 	})
 }
 
-// insertEvent adds ev to history in timestamp order.
+// eventStatus returns the status a task event recorded by trackTask sets,
+// and false for events that set none.
+func eventStatus(ev TaskEvent) (TaskStatus, bool) {
+	switch "task." + ev.EventType {
+	case ActionTaskAssign:
+		return TaskInProgress, true
+	case ActionTaskUpdate:
+		s, _ := ev.Details["status"].(string)
+		return TaskStatus(s), TaskStatus(s).Valid()
+	case ActionTaskComplete:
+		return TaskCompleted, true
+	case ActionTaskFailed:
+		return TaskFailed, true
+	}
+	return "", false
+}
+
+// supersedes reports whether the recorded event a takes precedence over ev
+// for the task's status: a finished status over an unfinished one, else
+// the later message.
+func supersedes(a, ev TaskEvent) bool {
+	sa, ok := eventStatus(a)
+	if !ok {
+		return false
+	}
+	s, _ := eventStatus(ev)
+	if sa.Terminal() != s.Terminal() {
+		return sa.Terminal()
+	}
+	return later(a, ev)
+}
+
+// later reports whether event a comes after b: by timestamp, ties broken
+// by message id.
+func later(a, b TaskEvent) bool {
+	if !a.Timestamp.Equal(b.Timestamp) {
+		return a.Timestamp.After(b.Timestamp)
+	}
+	ida, _ := a.Details["message_id"].(string)
+	idb, _ := b.Details["message_id"].(string)
+	return ida > idb
+}
+
+// insertEvent adds ev to history in timestamp order (see later).
 func insertEvent(history []TaskEvent, ev TaskEvent) []TaskEvent {
 	i := len(history)
-	for i > 0 && history[i-1].Timestamp.After(ev.Timestamp) {
+	for i > 0 && later(history[i-1], ev) {
 		i--
 	}
 	return slices.Insert(history, i, ev)

@@ -1,0 +1,192 @@
+package agentkit_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+)
+
+// taskMsg is one task.* message of an ordering case: sent by from to to,
+// with its own timestamp and message id when at and id are set.
+type taskMsg struct {
+	from, to, action string
+	payload          any
+	at               time.Time
+	id               string
+}
+
+// A task's current fields follow the newest task.* message by its
+// timestamp (ties: the greater message id), not the order the receivers
+// ack them in, and its history holds every message once, in timestamp
+// order. In each case the late message goes at low priority and its
+// handler is held until the other one, at high priority, is recorded.
+func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
+	t.Parallel()
+	tie := time.Now().UTC()
+	failure := agentkit.ErrorReport{ErrorID: "e1", AgentID: "exec_a", ErrorType: agentkit.ErrorTypeTimeout, Severity: agentkit.SeverityHigh, Message: "timed out"}
+	cases := []struct {
+		name        string
+		late, early taskMsg // late is sent first but recorded last
+		want        func(*agentkit.TaskState) string
+	}{{
+		name:  "older update",
+		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskPending, Progress: 0.4}},
+		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress, Progress: 0.8}},
+		want: func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == agentkit.TaskInProgress, "status %s, want in_progress", ts.Status)
+		},
+	}, {
+		name:  "older failure",
+		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskFailed, payload: agentkit.TaskFailure{Error: failure}},
+		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskComplete, payload: agentkit.TaskComplete{Result: json.RawMessage(`{"ok":true}`)}},
+		want: func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == agentkit.TaskCompleted && string(ts.Result) == `{"ok":true}` && ts.Error == nil,
+				"status %s, result %s, error %v; want completed with the result and no error", ts.Status, ts.Result, ts.Error)
+		},
+	}, {
+		name:  "older assignment",
+		late:  taskMsg{from: "orch", to: "exec_a", action: agentkit.ActionTaskAssign, payload: agentkit.TaskAssignment{TaskType: "db"}},
+		early: taskMsg{from: "orch", to: "exec_b", action: agentkit.ActionTaskAssign, payload: agentkit.TaskAssignment{TaskType: "db"}},
+		want: func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == agentkit.TaskInProgress && ts.AssignedAgent == "exec_b",
+				"status %s, assigned to %q; want in_progress, exec_b", ts.Status, ts.AssignedAgent)
+		},
+	}, {
+		name:  "completion before a newer update",
+		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskComplete, payload: agentkit.TaskComplete{Result: json.RawMessage(`1`)}},
+		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress, Progress: 0.9}},
+		want: func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == agentkit.TaskCompleted && string(ts.Result) == `1`, "status %s, result %s; want completed, 1", ts.Status, ts.Result)
+		},
+	}, {
+		name:  "same time, smaller id",
+		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskPending}, at: tie, id: "m-1"},
+		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress}, at: tie, id: "m-2"},
+		want: func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == agentkit.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
+		},
+	}, {
+		name:  "same time, greater id",
+		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress}, at: tie, id: "m-2"},
+		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskPending}, at: tie, id: "m-1"},
+		want: func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == agentkit.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := newMesh(t)
+			gate := make(chan struct{})
+			// Holds the low priority (late) message until the gate opens.
+			held := func(ctx context.Context, msg *agentkit.Message) error {
+				if msg.Priority == agentkit.PriorityLow {
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return nil
+			}
+			handlers := map[string]agentkit.HandlerFunc{
+				agentkit.ActionTaskAssign: held, agentkit.ActionTaskUpdate: held,
+				agentkit.ActionTaskComplete: held, agentkit.ActionTaskFailed: held,
+			}
+			onErr := agentkit.WithErrorHandler(func(err error) { t.Log(err) })
+			agents := map[string]*agentkit.Agent{}
+			for _, id := range []string{"orch", "exec_a", "exec_b"} {
+				agents[id] = m.started(id, handlers, agentkit.WithRegistration(false), onErr)
+			}
+			open := sync.OnceFunc(func() { close(gate) })
+			t.Cleanup(open) // before the agents stop
+
+			const task = "t1"
+			c := ctx(t)
+			send := func(msg taskMsg, p agentkit.Priority) *agentkit.Envelope {
+				t.Helper()
+				from := agents[msg.from]
+				env, err := from.NewRequest(c, msg.to, msg.action, withTaskID(t, msg.payload, task),
+					agentkit.WithTaskID(task), agentkit.WithPriority(p), agentkit.WithMessageType(agentkit.TypeNotification))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !msg.at.IsZero() {
+					env.Timestamp, env.MessageID = msg.at, msg.id
+				}
+				if err := from.SendEnvelope(c, env); err != nil {
+					t.Fatal(err)
+				}
+				return env
+			}
+			late := send(tc.late, agentkit.PriorityLow)
+			early := send(tc.early, agentkit.PriorityHigh)
+			if tc.late.at.IsZero() && !early.Timestamp.After(late.Timestamp) {
+				t.Fatalf("timestamps %v, %v not increasing", late.Timestamp, early.Timestamp)
+			}
+
+			state, err := agents["orch"].State(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ts *agentkit.TaskState
+			recorded := func(n int) func() bool {
+				return func() bool {
+					ts, err = state.Task(c, task)
+					return err == nil && len(ts.History) == n
+				}
+			}
+			eventually(t, 10*time.Second, "the early message recorded", recorded(1))
+			open()
+			eventually(t, 10*time.Second, "both messages recorded", recorded(2))
+			if msg := tc.want(ts); msg != "" {
+				t.Error(msg)
+			}
+			var ids []string
+			for _, ev := range ts.History {
+				ids = append(ids, fmt.Sprint(ev.Details["message_id"]))
+			}
+			first, second := late, early
+			if early.Timestamp.Before(late.Timestamp) || (early.Timestamp.Equal(late.Timestamp) && early.MessageID < late.MessageID) {
+				first, second = early, late
+			}
+			if want := []string{first.MessageID, second.MessageID}; fmt.Sprint(ids) != fmt.Sprint(want) {
+				t.Errorf("history message ids %v, want %v", ids, want)
+			}
+		})
+	}
+}
+
+// withTaskID returns payload, a task protocol struct, with its TaskID set.
+func withTaskID(t *testing.T, payload any, id string) any {
+	t.Helper()
+	switch p := payload.(type) {
+	case agentkit.TaskUpdate:
+		p.TaskID = id
+		return p
+	case agentkit.TaskComplete:
+		p.TaskID = id
+		return p
+	case agentkit.TaskFailure:
+		p.TaskID, p.Error.TaskID = id, id
+		return p
+	case agentkit.TaskAssignment:
+		p.TaskID = id
+		return p
+	}
+	t.Fatalf("payload %T", payload)
+	return nil
+}
+
+// expect returns the message formatted from format and args unless ok.
+func expect(ok bool, format string, args ...any) string {
+	if ok {
+		return ""
+	}
+	return fmt.Sprintf(format, args...)
+}
