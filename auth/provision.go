@@ -19,6 +19,9 @@ type ProvisionOptions struct {
 	// Policies replaces the delivery policy of the priorities it lists, as
 	// agentkit.WithPolicy would. Default: agentkit.DefaultPolicies.
 	Policies map[agentkit.Priority]agentkit.DeliveryPolicy
+	// SampleFrequency is the consumers' ack sampling for the ack monitor,
+	// as agentkit.WithSampleFrequency would set it. Default: "100".
+	SampleFrequency string
 	// Registry also creates the registry bucket (needed when agents run
 	// with registration on, see [Options.Registration]).
 	Registry bool
@@ -49,6 +52,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 			cfg, err := ConsumerConfig(scheme, a, p, policies[p])
 			if err != nil {
 				return err
+			}
+			if opts.SampleFrequency != "" {
+				cfg.SampleFrequency = opts.SampleFrequency
 			}
 			if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
 				return fmt.Errorf("auth: provision consumer %s on %s: %w", cfg.Durable, stream, err)

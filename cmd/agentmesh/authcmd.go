@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/auth"
 )
 
@@ -73,8 +75,15 @@ Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exi
 			if !provision {
 				return nil
 			}
+			// The consumers as agents configured from the same file would
+			// make them (config.AgentOptions).
+			policies := make(map[agentkit.Priority]agentkit.DeliveryPolicy, len(agentkit.Priorities))
+			for _, p := range agentkit.Priorities {
+				policies[p] = a.cfg.Agent.Policy(p)
+			}
 			if err := auth.Provision(ctx, js, a.scheme(), specs, auth.ProvisionOptions{
 				Replicas: a.cfg.Mesh.Replicas, Registry: registration, Payloads: payloads,
+				Policies: policies, SampleFrequency: strconv.Itoa(a.cfg.Monitor.SampleFrequency),
 			}); err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
@@ -99,5 +100,43 @@ func TestAuth_GeneratedCredentialsConnect(t *testing.T) {
 	}
 	if n := st.CachedInfo().State.Msgs; n != 2 {
 		t.Fatalf("stream MESH holds %d messages, want the 2 sent", n)
+	}
+}
+
+// TestAuth_ProvisionFollowsConfig: the consumers auth --provision creates
+// sample acks at monitor.sample_frequency and deliver by agent.policies, as
+// agents configured from the same file make theirs.
+func TestAuth_ProvisionFollowsConfig(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "agentmesh.yaml")
+	if err := os.WriteFile(cfg, []byte("monitor:\n  sample_frequency: 50\nagent:\n  policies:\n    normal:\n      max_deliver: 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "auth", "--config", cfg, "--out", dir, "--provision", "-s", srv.ClientURL(), "orch_1", "planner_1")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	js, _ := jetstream.New(natstest.Connect(t, srv))
+	for _, id := range []string{"orch_1", "planner_1"} {
+		for _, p := range agentkit.Priorities {
+			name := id + "_" + string(p)
+			cons, err := js.Consumer(context.Background(), "MESH", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := cons.CachedInfo().Config
+			if cc.SampleFrequency != "50" {
+				t.Errorf("%s samples %q, want the configured 50", name, cc.SampleFrequency)
+			}
+			want := agentkit.DefaultPolicies()[p].MaxDeliver
+			if p == agentkit.PriorityNormal {
+				want = 7
+			}
+			if cc.MaxDeliver != want {
+				t.Errorf("%s delivers at most %d times, want %d", name, cc.MaxDeliver, want)
+			}
+		}
 	}
 }
