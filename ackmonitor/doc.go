@@ -23,9 +23,12 @@
 // acked only after the commit. Writes are idempotent (see package store),
 // so redeliveries and replays change nothing. A batch the store refuses
 // is written again one message at a time; a message the store keeps
-// refusing on its own (5 tries in which it took other messages) is
-// terminated, logged and counted in ackmonitor_intake_refused_total, so
-// it cannot hold up the intake for good.
+// refusing on its own (5 tries in which it took other writes: other
+// messages or, for a message alone, a probe write) is terminated, logged
+// and counted in ackmonitor_intake_refused_total, so it cannot hold up the
+// intake for good; a refused TERM or MAX_DELIVERIES event is recorded
+// first, so its row is never taken for acked. During an outage nothing is
+// terminated.
 //
 // The events stream cannot capture an event published while it has no
 // leader (a step-down, a node restart), so the active instance also

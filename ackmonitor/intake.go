@@ -228,7 +228,7 @@ func (m *Monitor) committed(msgs []jetstream.Msg, b intakeBatch, applied store.A
 const intakeNakDelay = time.Second
 
 // maxIntakeAttempts is how many passes of writeEach may refuse a message
-// while writing others before the message is terminated.
+// while the store takes other writes before the message is terminated.
 const maxIntakeAttempts = 5
 
 // maxRefused bounds writeEach's count of refusals; past it the count
@@ -237,14 +237,19 @@ const maxRefused = 10000
 
 // writeEach writes msgs one at a time after their batch failed, acking
 // each one written, and reports whether any was. A message that fails is
-// NAKed for redelivery. When others of the same pass were written, the
-// failure is the message's (data the store cannot take), not the store's,
-// and counts in refused (by stream sequence); at maxIntakeAttempts the
-// message is terminated, logged and counted in
+// NAKed for redelivery. When the store takes other writes in the same
+// pass, the failure is the message's (data the store cannot take), not
+// the store's, and counts in refused (by stream sequence); at
+// maxIntakeAttempts the message is terminated, logged and counted in
 // ackmonitor_intake_refused_total instead of failing every batch it lands
-// in for good. While the store is down nothing is written and nothing
+// in for good. Other writes are those of other messages of the pass or,
+// when none was written (the message is alone), a store probe after the
+// failures: an empty batch, which the store commits as a write. While
+// the store is down nothing is written, the probe fails and nothing
 // counts: after three failures and no write, the rest wait for their
-// redelivery untried.
+// redelivery untried. A refused event is recorded as such (store.Batch
+// Refused) before it is terminated, so no ACK is inferred for a message
+// whose TERM or MAX_DELIVERIES is lost; while that fails it is NAKed.
 func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch, refused map[uint64]int) bool {
 	type failure struct {
 		msg jetstream.Msg
@@ -275,13 +280,19 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 	if len(refused) > maxRefused {
 		clear(refused) // entries of messages handled elsewhere since (another instance, MaxAge)
 	}
+	took := wrote || len(failed) > 0 && m.probe(ctx) == nil // the store takes writes
 	for _, f := range failed {
 		seq := streamSeq(f.msg)
-		if wrote && seq > 0 {
+		if took && seq > 0 {
 			refused[seq]++
 		}
 		if refused[seq] < maxIntakeAttempts {
 			_ = f.msg.NakWithDelay(intakeNakDelay)
+			continue
+		}
+		if _, err := m.apply(ctx, store.Batch{Refused: toBatch([]jetstream.Msg{f.msg}).Events}); err != nil {
+			m.cfg.Logger.Warn("recording a refused event failed; not terminated", "stream_seq", seq, "err", err)
+			_ = f.msg.NakWithDelay(intakeNakDelay) // tried again, as the count stays
 			continue
 		}
 		delete(refused, seq)
@@ -322,10 +333,21 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
+// probe checks that the store takes writes: it applies an empty batch,
+// which the store commits as a write that changes nothing.
+func (m *Monitor) probe(ctx context.Context) error {
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := m.cfg.Store.Apply(c, store.Batch{}); err != nil {
+		return fmt.Errorf("ackmonitor: store probe: %w", err)
+	}
+	return nil
+}
+
 // apply writes b, retrying on the monitor's shutdown-independent context
 // so a commit in flight is not cut off half way by ctx.
 func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, error) {
-	if len(b.Sends) == 0 && len(b.Events) == 0 {
+	if len(b.Sends) == 0 && len(b.Events) == 0 && len(b.Refused) == 0 {
 		return store.Applied{}, nil
 	}
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

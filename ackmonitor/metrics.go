@@ -53,7 +53,7 @@ func newMetrics() *metrics {
 	m.followUpErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "ackmonitor_follow_up_failures_total",
 		Help: "Failed tries to dead-letter or escalate a message; its row stays pending and is tried again."})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_intake_refused_total",
-		Help: "Messages of the monitor's consumers (events, sends) the ledger kept refusing on their own while it took others; terminated and logged."},
+		Help: "Messages of the monitor's consumers (events, sends) the ledger kept refusing on their own while it took other writes; terminated and logged."},
 		[]string{"consumer"})
 	m.inferred = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_inferred_acks_total",
 		Help: "ACKs inferred from a consumer's ack floor without an ack metric (sampling below 100 %, or events lost), by receiving agent and priority."}, ap)

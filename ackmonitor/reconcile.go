@@ -17,7 +17,11 @@ import (
 // receiver acked would stay pending for good. So the active instance
 // infers those ACKs (reconcileLoop): a message at or below its consumer's
 // ack floor, and still in the stream, was acked, terminated or exhausted,
-// and without a TERM or MAX_DELIVERIES it was acked. A row is inferred
+// and without a TERM or MAX_DELIVERIES it was acked. A row whose TERM or
+// MAX_DELIVERIES event the ledger refused (the intake terminated the event,
+// so the events consumer's ack floor passed it) is not pending for this:
+// the intake records the refusal first and Store.Pending leaves the row
+// out, as its outcome is lost, not an ACK. A row is inferred
 // only if it was at or below the floor at the previous check and, at this
 // one, the monitor has written (acked) every event the events stream held
 // at the end of the previous check: the event of anything acked before

@@ -102,4 +102,20 @@ var migrations = []string{
 	// idx_ack_followup also holds every ACK row, whose handled_at is NULL.
 	`CREATE INDEX idx_ack_followup_due ON message_acknowledgments (stream_seq, consumer)
 	WHERE handled_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK');`,
+	// 4: events the ledger refused and the monitor dropped (Batch.Refused),
+	// by ledger row, so Store.Pending can leave out the rows whose TERM or
+	// MAX_DELIVERIES is lost (no ACK is inferred for them); and the row an
+	// empty Apply writes to check that the store takes writes.
+	`CREATE TABLE refused_events (
+		stream_seq BIGINT NOT NULL,
+		consumer   TEXT NOT NULL,
+		event_id   TEXT NOT NULL,
+		kind       TEXT NOT NULL,
+		refused_at BIGINT NOT NULL,
+		PRIMARY KEY (stream_seq, consumer, event_id)
+	);
+	CREATE TABLE store_probe (
+		id        INTEGER PRIMARY KEY,
+		probed_at BIGINT NOT NULL
+	);`,
 }

@@ -271,7 +271,7 @@ func (b Batch) storable() Batch {
 	if b.textOK() {
 		return b // the usual case: no copy
 	}
-	out := Batch{Sends: slices.Clone(b.Sends), Events: slices.Clone(b.Events)}
+	out := Batch{Sends: slices.Clone(b.Sends), Events: slices.Clone(b.Events), Refused: slices.Clone(b.Refused)}
 	out.eachText(func(f *string) bool { *f = text(*f); return true })
 	return out
 }
@@ -294,11 +294,13 @@ func (b Batch) eachText(f func(*string) bool) bool {
 			}
 		}
 	}
-	for i := range b.Events {
-		x := &b.Events[i]
-		for _, p := range [...]*string{&x.ID, &x.Consumer, &x.Receiver, &x.Priority, &x.Reason} {
-			if !f(p) {
-				return false
+	for _, events := range [...][]Event{b.Events, b.Refused} {
+		for i := range events {
+			x := &events[i]
+			for _, p := range [...]*string{&x.ID, &x.Consumer, &x.Receiver, &x.Priority, &x.Reason} {
+				if !f(p) {
+					return false
+				}
 			}
 		}
 	}
@@ -319,7 +321,19 @@ func text(s string) string {
 
 // Apply writes a batch with a handful of multi-row statements, whatever
 // its size: round trips, not rows, are what a batch costs in PostgreSQL.
+// An empty batch updates store_probe's row: a real write (a store that
+// is down or read-only fails it) that changes no ledger data.
 func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
+	if b.empty() {
+		return Applied{}, s.tx(ctx, func(tx *sql.Tx) error {
+			_, err := s.exec(ctx, tx, `INSERT INTO store_probe (id, probed_at) VALUES (1, ?)
+				ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at`, time.Now().UnixMicro())
+			if err != nil {
+				return fmt.Errorf("store: probe: %w", err)
+			}
+			return nil
+		})
+	}
 	b = b.storable()
 	var out Applied
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -335,6 +349,9 @@ func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
 			return err
 		}
 		if err := s.applyEvents(ctx, tx, b.Events, now, dirty, &out); err != nil {
+			return err
+		}
+		if err := s.recordRefused(ctx, tx, b.Refused, now); err != nil {
 			return err
 		}
 		ackedBy := map[string]int64{}
@@ -607,6 +624,22 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 	return nil
 }
 
+// recordRefused records the ids, rows and kinds of refused events.
+func (s *sqlStore) recordRefused(ctx context.Context, tx *sql.Tx, refused []Event, now int64) error {
+	for _, c := range chunks(len(refused), 500) {
+		part := refused[c[0]:c[1]]
+		args := make([]any, 0, len(part)*5)
+		for _, e := range part {
+			args = append(args, int64(e.StreamSeq), e.Consumer, e.ID, string(e.Kind), now)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO refused_events (stream_seq, consumer, event_id, kind, refused_at)
+			VALUES `+placeholders(len(part), 5)+` ON CONFLICT (stream_seq, consumer, event_id) DO NOTHING`), args...); err != nil {
+			return fmt.Errorf("store: record refused events: %w", err)
+		}
+	}
+	return nil
+}
+
 func (s *sqlStore) queryRecordsTx(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]Record, error) {
 	rows, err := tx.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
@@ -817,8 +850,10 @@ func (s *sqlStore) Pending(ctx context.Context, after Key, limit int) ([]Record,
 	if limit <= 0 {
 		limit = 100
 	}
-	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments`+s.d.pendingIndex+`
+	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments AS a`+s.d.pendingIndex+`
 		WHERE ack_status IS NULL AND (stream_seq, consumer) > (?, ?)
+		AND NOT EXISTS (SELECT 1 FROM refused_events AS f WHERE f.stream_seq = a.stream_seq
+			AND f.consumer = a.consumer AND f.kind IN ('TERM', 'MAX_DELIVERIES'))
 		ORDER BY stream_seq, consumer LIMIT ?`,
 		int64(after.StreamSeq), after.Consumer, limit)
 }

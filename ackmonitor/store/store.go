@@ -204,7 +204,15 @@ func (r *Record) addEvent(e Event) bool {
 type Batch struct {
 	Sends  []Send
 	Events []Event
+	// Refused are events the ledger refused, which the monitor drops:
+	// Apply records only their ids, rows and kinds (refused_events), and
+	// [Store.Pending] leaves out the rows of refused TERM and
+	// MAX_DELIVERIES events, whose outcome is lost, not an ACK to infer.
+	Refused []Event
 }
+
+// empty reports whether b writes nothing.
+func (b Batch) empty() bool { return len(b.Sends)+len(b.Events)+len(b.Refused) == 0 }
 
 // Applied reports what a batch changed; replays report nothing.
 type Applied struct {
@@ -335,6 +343,8 @@ type AgentHealth struct {
 // Store is the ledger. Implementations are safe for concurrent use.
 type Store interface {
 	// Apply records sends and events in one transaction; replays are no-ops.
+	// An empty batch records nothing but still commits a write: it checks
+	// that the store takes writes.
 	Apply(ctx context.Context, b Batch) (Applied, error)
 	// Get returns one ledger row or [ErrNotFound].
 	Get(ctx context.Context, k Key) (Record, error)
@@ -352,7 +362,9 @@ type Store interface {
 	// Hourly returns acknowledgment_metrics rows from the given hour on.
 	Hourly(ctx context.Context, since time.Time) ([]HourlyMetric, error)
 	// Pending returns up to limit rows without a final status, in key
-	// order (stream sequence, then consumer), after the key after.
+	// order (stream sequence, then consumer), after the key after; rows
+	// with a refused TERM or MAX_DELIVERIES event (Batch.Refused) are left
+	// out.
 	Pending(ctx context.Context, after Key, limit int) ([]Record, error)
 	// PendingFollowUps returns up to limit final TIMEOUT and NACK rows not
 	// yet followed up, in key order (stream sequence, then consumer),

@@ -38,6 +38,7 @@ func Run(t *testing.T, db Database) {
 		{"Health", testHealth},
 		{"Alerts", testAlerts},
 		{"TextFromAnyPublisher", testText},
+		{"RefusedEventsAndProbe", testRefused},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -609,5 +610,68 @@ func testText(t *testing.T, s store.Store) {
 	}
 	if r := get(t, s, 2, "b_normal"); r.MessageID != "m-2" {
 		t.Fatalf("row 2 = %+v", r)
+	}
+}
+
+// testRefused: the rows of refused TERM and MAX_DELIVERIES events
+// (Batch.Refused), whose outcome is lost, are not pending for an inferred
+// ACK, also when the row comes later; refused events of other kinds leave
+// their rows pending, and a real event still decides a row. An empty
+// batch is a write that changes nothing, and fails once the store is
+// closed.
+func testRefused(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	term, nak := ev(store.EventTerm, 1, "b_normal", 1, base), ev(store.EventNak, 2, "b_normal", 1, base)
+	term.Reason = "bad\x00reason\xff" // not recorded
+	exhausted := ev(store.EventMax, 4, "b_normal", 3, base)
+	exhausted.ID = "id-\xff" // stored as text like any other
+	mustApply(t, s, store.Batch{Sends: []store.Send{send(1, "a", "b", base), send(2, "a", "b", base), send(3, "a", "b", base)}})
+	a := mustApply(t, s, store.Batch{Refused: []store.Event{term, nak, exhausted}})
+	if len(a.NewEvents)+len(a.NewSends)+len(a.Resolved) != 0 {
+		t.Fatalf("refused events applied: %+v", a)
+	}
+	mustApply(t, s, store.Batch{Refused: []store.Event{term}})                 // a replay
+	mustApply(t, s, store.Batch{Sends: []store.Send{send(4, "a", "b", base)}}) // the row comes later
+	pending := func() []uint64 {
+		recs, err := s.Pending(ctx(t), store.Key{}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		for _, r := range recs {
+			seqs = append(seqs, r.StreamSeq)
+		}
+		return seqs
+	}
+	if got := pending(); fmt.Sprint(got) != "[2 3]" {
+		t.Fatalf("Pending = %v, want [2 3]: the rows of the refused TERM and MAX_DELIVERIES left out", got)
+	}
+	if r := get(t, s, 1, "b_normal"); r.Final() || len(r.History) != 0 {
+		t.Fatalf("row 1 after its TERM was refused = %+v; want pending, no history", r)
+	}
+	mustApply(t, s, store.Batch{Events: []store.Event{ev(store.EventAck, 2, "b_normal", 2, base.Add(time.Millisecond))}})
+	if r := get(t, s, 2, "b_normal"); r.Status != store.StatusACK {
+		t.Fatalf("row 2 after its ACK = %s", r.Status)
+	}
+
+	before, err := s.Rates(ctx(t), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := mustApply(t, s, store.Batch{}); len(a.NewEvents)+len(a.NewSends)+len(a.Resolved) != 0 {
+		t.Fatalf("empty batch applied %+v", a)
+	}
+	mustApply(t, s, store.Batch{})
+	if after, err := s.Rates(ctx(t), time.Time{}); err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("rates after empty batches = %+v, %v; want %+v", after, err, before)
+	}
+	if got := pending(); fmt.Sprint(got) != "[3]" {
+		t.Fatalf("Pending = %v, want [3]", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx(t), store.Batch{}); err == nil {
+		t.Fatal("empty batch on a closed store: no error")
 	}
 }
