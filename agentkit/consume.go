@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
@@ -55,13 +56,20 @@ func (d *delivery) attempt() uint64 { return max(d.delivery, d.redelivered.Load(
 // generation, read waits until out holds fewer messages than the handlers'
 // pace calls for and opens the next generation for the difference (see
 // room): out has room for all of it, so every message passes straight
-// into the queue, where the scanner keeps it alive (see waiting).
+// into the queue, where the scanner keeps it alive (see waiting). When
+// the server ends an iterator (see reopen), read opens another one.
 func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 	it := src.current()
+	retry := reopenBackOff()
+	failed := false // the last Next failed
 	for {
 		msg, err := it.Next()
 		switch {
 		case err == nil:
+			if failed {
+				failed = false
+				retry.Reset()
+			}
 		case errors.Is(err, jetstream.ErrConnectionClosed):
 			return
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
@@ -69,15 +77,13 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 			if !ok {
 				return
 			}
-			if it, err = src.reopen(n); err != nil {
-				a.asyncError(fmt.Errorf("agentkit: consume %s for %s: %w", p, a.id, err))
-			}
-			if it == nil {
+			if it = a.reopen(p, src, n, failed, retry); it == nil {
 				return
 			}
 			continue
 		default:
 			a.asyncError(fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err))
+			failed = true
 			continue
 		}
 		h := msg.Headers()
@@ -97,6 +103,33 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 			a.brokerErr(d.msg.Nak(), d, "nak")
 			return
 		}
+	}
+}
+
+// reopen opens src's next iterator for n messages (see source.reopen).
+// The server ends an iterator with an error when its consumer is deleted
+// or when it rejects the pull requests (a consumer recreated with a
+// priority group answers 400), and may do so again at once: after such an
+// error (failed), and while opening fails, reopen first pauses for retry's
+// next interval. So a reader the server turns away neither spins nor
+// gives up: it reports every failure (one pulling from a deleted consumer
+// reports missing heartbeats, one per pull expiry) and reads again once
+// the server serves it. It returns nil once src is stopped (which ends a
+// pause at once) or the connection is closing.
+func (a *Agent) reopen(p Priority, src *source, n int, failed bool, retry backoff.BackOff) jetstream.MessagesContext {
+	for {
+		if failed && !src.pause(retry.NextBackOff()) {
+			return nil
+		}
+		it, err := src.reopen(n)
+		if err == nil {
+			return it
+		}
+		a.asyncError(fmt.Errorf("agentkit: consume %s for %s: %w", p, a.id, err))
+		if a.nc.IsClosed() || a.nc.IsDraining() {
+			return nil // nats.go never reopens a connection
+		}
+		failed = true
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -18,8 +19,10 @@ import (
 // only once everything it asked for has arrived is what keeps a resize
 // from stranding a message: unsubscribing with a pull request still open
 // at the server could lose a message it was delivering into the client's
-// closing subscription until its ack timeout. Stop and Drain act on the
-// current iterator and keep a next generation from opening.
+// closing subscription until its ack timeout. The server ends iterators
+// too, fixed ones included: when their consumer is deleted, or when it
+// rejects their pull requests (see Agent.reopen). Stop and Drain act on
+// the current iterator and keep a next one from opening.
 type source struct {
 	cons    jetstream.Consumer
 	policy  DeliveryPolicy
@@ -30,12 +33,13 @@ type source struct {
 
 	mu      sync.Mutex
 	it      jetstream.MessagesContext
-	stopped bool // Stop or Drain was called: no new iterator opens
+	stopped bool          // Stop or Drain was called: no new iterator opens
+	done    chan struct{} // closed with stopped set: ends the reader's pause
 }
 
 func openSource(cons jetstream.Consumer, policy DeliveryPolicy, workers int) (*source, error) {
 	s := &source{cons: cons, policy: policy, workers: workers,
-		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1)}
+		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1), done: make(chan struct{})}
 	it, err := s.open(policy.Prefetch)
 	if err != nil {
 		return nil, err
@@ -80,9 +84,11 @@ func (s *source) took(d *delivery) {
 
 // reopen is called by the reader when the current iterator has closed and
 // the workers' queue has room for n more messages (see Agent.room). It
-// returns the next generation's iterator, of n messages, or nil when the
-// source is done: stopped, not adaptive (the iterator only closes when the
-// connection does), or the new iterator could not open (err says why).
+// returns the next iterator: an adaptive source's next generation, of n
+// messages, or, after the server ended a fixed source's iterator, a new
+// one of Prefetch; nil once the source is stopped. Opening does not reach
+// the server: it fails only on a closed or draining connection (err says
+// why).
 //
 // As the queue has room for the whole generation, the reader never waits
 // for it while the iterator still buffers messages, so however the
@@ -91,8 +97,11 @@ func (s *source) took(d *delivery) {
 func (s *source) reopen(n int) (jetstream.MessagesContext, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || s.policy.MaxPrefetch == 0 {
+	if s.stopped {
 		return nil, nil
+	}
+	if s.policy.MaxPrefetch == 0 {
+		n = s.policy.Prefetch
 	}
 	it, err := s.open(n)
 	if err != nil {
@@ -102,12 +111,35 @@ func (s *source) reopen(n int) (jetstream.MessagesContext, error) {
 	return it, nil
 }
 
-// stop discards the buffer (Stop) or lets it drain (Drain) and keeps a
-// next generation from opening.
+// pause waits d before the reader reopens after a failure, and reports
+// whether it did: Stop and Drain end it at once.
+func (s *source) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+// reopenBackOff is the schedule of a reader's pauses between failed
+// iterators: doubling from 100ms to 5s, for as long as they fail.
+func reopenBackOff() backoff.BackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMultiplier(2), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+}
+
+// stop discards the buffer (Stop) or lets it drain (Drain), keeps a next
+// iterator from opening and ends the reader's pause.
 func (s *source) stop(drain bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stopped = true
+	if !s.stopped {
+		s.stopped = true
+		close(s.done)
+	}
 	if drain {
 		s.it.Drain()
 	} else {
