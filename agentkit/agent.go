@@ -65,6 +65,7 @@ type Agent struct {
 	announceMu sync.Mutex
 	breakers   breakers
 	fast       fastBatches  // whether SendBatch may use fast batch publish
+	line       sendLine     // concurrent Sends sharing fast batches
 	objects    payloadStore // large envelopes
 	shared     sharedState  // task state
 	handled    handledSet   // recently finished stream sequences
@@ -497,6 +498,7 @@ func (a *Agent) shutdown(begin func()) {
 	case stateNew:
 		a.state = stateStopped
 		a.js.CleanupPublisher()
+		a.fast.close()
 		close(a.closed)
 		a.mu.Unlock()
 		return
@@ -545,6 +547,7 @@ func (a *Agent) shutdown(begin func()) {
 	a.state = stateStopped
 	a.mu.Unlock()
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
+	a.fast.close()
 	if a.metrics != nil {
 		a.metrics.forget(a.id)
 	}

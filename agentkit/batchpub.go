@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,10 +61,83 @@ type fastBatchReply struct {
 	Error *jetstream.APIError `json:"error"`
 }
 
-// fastBatches tracks whether the stream accepts fast batches. It starts on
-// and turns off for good at the first sign it does not: a server before
-// 2.14 or a stream without allow_batched.
-type fastBatches struct{ off atomic.Bool }
+// fastBatches tracks whether the stream accepts fast batches (it starts
+// on and turns off for good at the first sign it does not: a server before
+// 2.14 or a stream without allow_batched), and routes every batch's
+// replies to the batch waiting for them through one wildcard subscription,
+// made on first use: a subscription per batch would cost a SUB and an
+// UNSUB each, and every change to the server's subscription list empties
+// its match cache.
+type fastBatches struct {
+	off atomic.Bool
+
+	mu      sync.Mutex
+	sub     *nats.Subscription
+	base    string // the subscription is base.>; a batch's inbox is base.<batch id>
+	waiting map[string]chan fastOutcome
+}
+
+// fastOutcome is how a fast batch ended: how many messages, from the
+// first, the stream stored, or why it failed.
+type fastOutcome struct {
+	stored int
+	err    error
+}
+
+// open registers a new batch and returns its inbox and id, and the channel
+// that receives its outcome.
+func (f *fastBatches) open(nc *nats.Conn) (inbox, id string, result chan fastOutcome, err error) {
+	inbox = nc.NewInbox()
+	id = inbox[strings.LastIndexByte(inbox, '.')+1:]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sub == nil {
+		base := nc.NewInbox()
+		sub, err := nc.Subscribe(base+".>", f.route)
+		if err != nil {
+			return "", "", nil, err
+		}
+		f.sub, f.base, f.waiting = sub, base, make(map[string]chan fastOutcome)
+	}
+	result = make(chan fastOutcome, 1)
+	f.waiting[id] = result
+	return f.base + "." + id, id, result, nil
+}
+
+// done forgets batch id: later replies to it are noise.
+func (f *fastBatches) done(id string) {
+	f.mu.Lock()
+	delete(f.waiting, id)
+	f.mu.Unlock()
+}
+
+// route hands a reply to its batch, if it decides the batch.
+func (f *fastBatches) route(m *nats.Msg) {
+	f.mu.Lock()
+	rest, _ := strings.CutPrefix(m.Subject, f.base+".")
+	id, _, _ := strings.Cut(rest, ".")
+	result := f.waiting[id]
+	f.mu.Unlock()
+	if result == nil {
+		return
+	}
+	if stored, err := fastBatchResult(m, id); stored >= 0 || err != nil {
+		select {
+		case result <- fastOutcome{max(stored, 0), err}:
+		default: // the batch is decided; later replies are noise
+		}
+	}
+}
+
+// close drops the reply subscription; the next batch makes a new one.
+func (f *fastBatches) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sub != nil {
+		f.sub.Unsubscribe() //nolint:errcheck // a closed connection has dropped it already
+		f.sub, f.waiting = nil, nil
+	}
+}
 
 // publishFast stores msgs with fast batches of at most maxFastBatch and
 // returns how many of them, from the first, the stream confirmed. The
@@ -109,27 +183,11 @@ func (a *Agent) publishFast(ctx context.Context, msgs []outMsg) int {
 // A reply it cannot account for ends the wait with nothing confirmed:
 // republishing is always safe, trusting an unexplained reply is not.
 func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (int, error) {
-	inbox := a.nc.NewInbox()
-	batchID := inbox[strings.LastIndexByte(inbox, '.')+1:]
-	type outcome struct {
-		stored int
-		err    error
-	}
-	result := make(chan outcome, 1)
-	// A callback, not SubscribeSync: a sync subscription allocates a
-	// channel of 65,536 messages.
-	sub, err := a.nc.Subscribe(inbox+".>", func(m *nats.Msg) {
-		if stored, err := fastBatchResult(m, batchID); stored >= 0 || err != nil {
-			select {
-			case result <- outcome{max(stored, 0), err}:
-			default: // the batch is decided; later replies are noise
-			}
-		}
-	})
+	inbox, batchID, result, err := a.fast.open(a.nc)
 	if err != nil {
 		return 0, err
 	}
-	defer sub.Unsubscribe()
+	defer a.fast.done(batchID)
 	reply := make([]byte, 0, len(inbox)+48)
 	for i, m := range msgs {
 		op := subjects.FastBatchAppend

@@ -1,12 +1,17 @@
 package agentkit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // TestFastBatchResult reads each kind of reply a fast batch can get.
@@ -47,4 +52,66 @@ func TestFastBatchResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Fast batches in flight at once share the agent's one reply
+// subscription, and each gets its own ack.
+func TestFastBatches_ConcurrentBatchesGetTheirOwnAcks(t *testing.T) {
+	a, stream := streamAgent(t, true)
+	const batches, size = 4, 50
+	var wg sync.WaitGroup
+	for b := range batches {
+		wg.Go(func() {
+			envs := make([]*Envelope, size)
+			for i := range envs {
+				var err error
+				if envs[i], err = a.NewRequest(context.Background(), "receiver", "work", map[string]int{"b": b, "i": i}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if err := a.SendBatch(context.Background(), envs); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	st := a.Stats()
+	if st.FastBatched != batches*size || st.FastBatchFallbacks != 0 {
+		t.Errorf("FastBatched %d, fallbacks %d; want %d and 0", st.FastBatched, st.FastBatchFallbacks, batches*size)
+	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != batches*size {
+		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, batches*size)
+	}
+	a.fast.mu.Lock()
+	defer a.fast.mu.Unlock()
+	if len(a.fast.waiting) != 0 {
+		t.Errorf("%d batches still registered", len(a.fast.waiting))
+	}
+}
+
+// streamAgent returns a sender on a fresh stream that takes fast batches
+// or not, and the stream.
+func streamAgent(t *testing.T, fast bool) (*Agent, jetstream.Stream) {
+	t.Helper()
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	scheme, _ := subjects.New("fast")
+	a, err := New(nc, "sender", WithScheme(scheme), WithRegistration(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	js, _ := jetstream.New(nc)
+	cfg := StreamConfig(scheme, 1)
+	cfg.AllowBatchPublish = fast
+	stream, err := js.CreateStream(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, stream
 }

@@ -232,6 +232,31 @@ func TestSend_SameMessageIDHandledOnce(t *testing.T) {
 	}
 }
 
+// A Request whose message_id the stream already holds stored nothing, so
+// no response can come: it fails at once with ErrDuplicate instead of
+// waiting out its timeout.
+func TestRequest_DuplicateMessageIDFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		return msg.Reply(ctx, "done", nil)
+	}})
+	orch := m.started("orch", nil)
+	id := agentkit.NewMessageID()
+	if _, err := orch.Request(ctx(t), "recv", "work", nil, agentkit.WithMessageID(id)); err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithTimeout(ctx(t), time.Minute)
+	defer cancel()
+	// Without the check it would time out after the minute: ErrTimeout.
+	if _, err := orch.Request(c, "recv", "work", nil, agentkit.WithMessageID(id)); !errors.Is(err, agentkit.ErrDuplicate) {
+		t.Fatalf("second Request: %v, want ErrDuplicate", err)
+	}
+	if st := orch.BreakerState("recv"); st != agentkit.BreakerClosed {
+		t.Fatalf("breaker %s after a local failure", st)
+	}
+}
+
 // Two instances share one agent's consumer. One dies (its connection
 // closes) while holding messages mid-handler; the other handles everything,
 // including the messages the dead one never acked.

@@ -217,14 +217,21 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // duplicates. If ctx has no deadline, retries stop after the publish
 // timeout ([WithPublishTimeout]).
 func (a *Agent) SendEnvelope(ctx context.Context, e *Envelope) error {
+	_, err := a.sendEnvelope(ctx, e, false)
+	return err
+}
+
+// sendEnvelope is SendEnvelope, also reporting whether the stream held an
+// older copy of e (see publish; alone as there).
+func (a *Agent) sendEnvelope(ctx context.Context, e *Envelope, alone bool) (older bool, err error) {
 	if e.SenderID != a.id {
-		return fmt.Errorf("%w: sender_id %q is not this agent %q", ErrInvalidEnvelope, e.SenderID, a.id)
+		return false, fmt.Errorf("%w: sender_id %q is not this agent %q", ErrInvalidEnvelope, e.SenderID, a.id)
 	}
 	subject, err := a.subjectFor(e)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return a.publish(ctx, subject, e)
+	return a.publish(ctx, subject, e, alone)
 }
 
 func (a *Agent) subjectFor(e *Envelope) (string, error) {
@@ -257,7 +264,8 @@ func (a *Agent) sendReply(ctx context.Context, e *Envelope) error {
 	if err != nil {
 		return err
 	}
-	return a.publish(ctx, subject, e)
+	_, err = a.publish(ctx, subject, e, false)
+	return err
 }
 
 // outMsg is an encoded envelope ready to publish. Its data lives in a
@@ -312,34 +320,47 @@ func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMs
 }
 
 // publish encodes e and stores it on subject, retrying retryable failures.
-func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err error) {
+// older reports that the first attempt's ack said duplicate: the stream
+// held e's id before this call. A duplicate after a retry may be the
+// stream's copy of an earlier attempt whose ack was lost, so it says
+// nothing; so does a fast batch, which stores nothing for a duplicate and
+// does not say so: the first attempt of a publish that must tell (alone)
+// never joins the send line (see sendLine).
+func (a *Agent) publish(ctx context.Context, subject string, e *Envelope, alone bool) (older bool, err error) {
 	ctx, span := a.startSend(ctx, subject, e)
 	defer func() { endSpan(span, err) }()
 	msg, err := a.message(ctx, subject, e)
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.inject(ctx, msg.Header)
-	err = a.publishOnce(ctx, msg.Msg)
+	if alone {
+		err = a.publishOnce(ctx, msg)
+	} else {
+		err = a.publishFirst(ctx, msg)
+	}
+	if older = errors.Is(err, errDuplicateAck); older {
+		err = nil
+	}
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 		defer cancel()
 		err = backoff.Retry(func() error {
 			a.stats.publishRetries.Add(1)
-			err := a.publishOnce(ctx, msg.Msg)
+			err := a.publishOnce(ctx, msg)
 			if err != nil && !retryablePublish(err) {
 				return backoff.Permanent(err)
 			}
 			return err
 		}, backoff.WithContext(publishBackOff(), ctx))
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errDuplicateAck) {
 		a.countError("publish")
-		return fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
+		return false, fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
 	}
 	msg.stored()
 	a.countSent(e)
-	return nil
+	return older, nil
 }
 
 // publishBackOff is the retry schedule of failed publishes: exponential
@@ -423,27 +444,15 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 	defer cancel()
 	errs := make([]error, len(envs))
-	todo := make([]int, 0, len(envs))
 	fast := a.publishFast(ctx, msgs)
-	for i := fast; i < len(envs); i++ {
-		todo = append(todo, i)
-	}
-	futures := make([]jetstream.PubAckFuture, len(envs))
+	todo := seq(fast, len(envs))
 	b := publishBackOff()
 	for {
-		for _, i := range todo {
-			futures[i], errs[i] = a.js.PublishMsgAsync(msgs[i].Msg)
-		}
+		a.publishEach(ctx, msgs, todo, errs)
 		retry := todo[:0]
 		for _, i := range todo {
-			if errs[i] == nil {
-				select {
-				case ack := <-futures[i].Ok():
-					a.countDuplicate(ack)
-				case errs[i] = <-futures[i].Err():
-				case <-ctx.Done():
-					errs[i] = ctx.Err()
-				}
+			if errors.Is(errs[i], errDuplicateAck) {
+				errs[i] = nil // stored before: a batch is sent once all of it is stored
 			}
 			if errs[i] != nil && retryablePublish(errs[i]) && ctx.Err() == nil {
 				retry = append(retry, i)
@@ -480,35 +489,47 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	return nil
 }
 
-// publishOnce makes one attempt. It publishes asynchronously and waits for
-// the stream's ack: the jetstream context bounds the wait by the attempt
-// timeout with one timer, and many concurrent senders share one reply
-// subscription instead of a request each.
-func (a *Agent) publishOnce(ctx context.Context, msg *nats.Msg) error {
-	f, err := a.js.PublishMsgAsync(msg)
-	if err == nil {
-		select {
-		case ack := <-f.Ok():
-			a.countDuplicate(ack)
-			return nil
-		case err = <-f.Err():
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-	}
-	if denied := a.denied(msg.Subject); denied != nil {
-		return denied
-	}
-	return err
+// publishOnce makes one attempt to publish msg on its own (see
+// publishEach).
+func (a *Agent) publishOnce(ctx context.Context, msg outMsg) error {
+	var errs [1]error
+	a.publishEach(ctx, []outMsg{msg}, []int{0}, errs[:])
+	return errs[0]
 }
 
-// countDuplicate counts ack in Stats.PublishDuplicates if the stream
-// stored nothing for it.
-func (a *Agent) countDuplicate(ack *jetstream.PubAck) {
-	if ack != nil && ack.Duplicate {
-		a.stats.publishDups.Add(1)
+// publishEach publishes msgs[i] for each i in todo asynchronously, then
+// waits for each one's ack (or ctx) and sets errs[i] to its outcome. The
+// jetstream context bounds each wait by the attempt timeout, and all
+// publishes share one reply subscription instead of a request each.
+func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs []error) {
+	futures := make([]jetstream.PubAckFuture, len(todo))
+	for j, i := range todo {
+		futures[j], errs[i] = a.js.PublishMsgAsync(msgs[i].Msg)
+	}
+	for j, i := range todo {
+		if errs[i] == nil {
+			select {
+			case ack := <-futures[j].Ok():
+				if ack != nil && ack.Duplicate {
+					a.stats.publishDups.Add(1)
+					errs[i] = errDuplicateAck
+				}
+				continue
+			case errs[i] = <-futures[j].Err():
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+			}
+		}
+		if denied := a.denied(msgs[i].Subject); denied != nil {
+			errs[i] = denied
+		}
 	}
 }
+
+// errDuplicateAck is publishEach's outcome for a message the stream
+// acknowledged as a duplicate of a message id it held: stored, but not by
+// this publish.
+var errDuplicateAck = errors.New("agentkit: acknowledged as a duplicate")
 
 // denied returns ErrPermissionDenied when the server refused this
 // connection the subject. The server reports that only asynchronously
@@ -529,7 +550,7 @@ func (a *Agent) denied(subject string) error {
 func retryablePublish(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.Is(err, ErrPermissionDenied):
+	case errors.Is(err, ErrPermissionDenied), errors.Is(err, errDuplicateAck):
 		return false
 	case errors.As(err, &apiErr):
 		return apiErr.Code == 503 || apiErr.ErrorCode == jsDuplicateInProcess
@@ -620,8 +641,12 @@ func (a *Agent) await(ctx context.Context, e *Envelope, accept func(*Envelope) b
 	}
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.requestTimeout)
 	defer cancel()
-	if err := a.SendEnvelope(ctx, e); err != nil {
+	older, err := a.sendEnvelope(ctx, e, true)
+	if err != nil {
 		return nil, err
+	}
+	if older {
+		return nil, fmt.Errorf("%w: %s %s to %s: the stream held it already, so no reply will come", ErrDuplicate, e.Action, e.MessageID, e.ReceiverID)
 	}
 	select {
 	case r, ok := <-w.ch:

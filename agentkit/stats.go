@@ -69,11 +69,12 @@ type Stats struct {
 	// PublishDuplicates counts publishes the stream acknowledged without
 	// storing them, as duplicates of a message id it already held (within
 	// its duplicate window): a retry of a publish that was stored after
-	// all, or a message_id sent twice. Messages SendBatch stored with fast
-	// batch publish are not counted (the batch's ack does not say).
+	// all, or a message_id sent twice. Messages stored with fast batch
+	// publish (FastBatched) are not counted: the batch's ack does not say.
 	PublishDuplicates uint64
-	// FastBatched counts messages [Agent.SendBatch] stored with fast batch
-	// publish, one stream ack per batch.
+	// FastBatched counts messages stored with fast batch publish, one
+	// stream ack per batch: by [Agent.SendBatch], and by concurrent Sends
+	// that shared a batch (see [Agent.Send]).
 	FastBatched uint64
 	// FastBatchFallbacks counts messages [Agent.SendBatch] published one by
 	// one because a fast batch ended before the stream confirmed them

@@ -36,7 +36,8 @@ file's envelope goes to its receiver_id, else its topic, else to every agent
 in_reply_to) and prints it as JSON. The CLI is an agent itself (--from, default
 "cli"): it gets the durable consumers every agentkit agent has, so the
 response is stored and acknowledged like any other message. An error or NACK
-reply is printed and exits 1.`
+reply is printed and exits 1. A message_id the stream already holds fails at
+once, as with send: no response would come.`
 	}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -186,9 +187,8 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		if err := agent.SendEnvelope(sctx, env); err != nil {
 			return err
 		}
-		// A duplicate after a retry is the first attempt's own copy.
-		if st := agent.Stats(); st.PublishDuplicates > 0 && st.PublishRetries == 0 {
-			return fmt.Errorf("not sent: the stream already holds message_id %s (sent within its duplicate window); give the envelope a new message_id", env.MessageID)
+		if metOlderCopy(agent.Stats()) {
+			return duplicateErr(env.MessageID)
 		}
 		fmt.Fprintf(a.stdout, "sent %s %s to %s [%s] message_id=%s correlation_id=%s\n",
 			env.MessageType, env.Action, target(env), env.Priority, env.MessageID, env.Correlation)
@@ -200,6 +200,9 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		return err
 	}
 	reply, rerr := agent.Request(rctx, env.ReceiverID, env.Action, env.Payload, envelopeOptions(env)...)
+	if errors.Is(rerr, agentkit.ErrDuplicate) {
+		return duplicateErr(env.MessageID)
+	}
 	if reply != nil {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -208,6 +211,21 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		}
 	}
 	return rerr
+}
+
+// metOlderCopy reports whether an agent that published one message found
+// its message id already stored, by an earlier send. After a retry, a
+// duplicate may instead be the first attempt's own copy, whose ack was
+// lost, and neither the stream's ack nor Stats says which: that case
+// counts as sent.
+func metOlderCopy(st agentkit.Stats) bool {
+	return st.PublishDuplicates > 0 && st.PublishRetries == 0
+}
+
+// duplicateErr is the failure of a send or request whose message_id the
+// stream already held.
+func duplicateErr(id string) error {
+	return fmt.Errorf("not sent: the stream already holds message_id %s (sent within its duplicate window); give the envelope a new message_id", id)
 }
 
 // target says where env goes: its receiver, its topic or every agent.

@@ -1,0 +1,159 @@
+package agentkit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// lineAgent returns a sender and its stream (see streamAgent), with every
+// send slot taken, so each Send joins the line until the test frees a
+// slot.
+func lineAgent(t *testing.T, fast bool) (*Agent, jetstream.Stream) {
+	t.Helper()
+	a, stream := streamAgent(t, fast)
+	a.line.busy = sendSlots
+	return a, stream
+}
+
+// inLine waits until n Sends wait in a's line.
+func inLine(t *testing.T, a *Agent, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.line.mu.Lock()
+		got := len(a.line.queue)
+		a.line.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Sends in line, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// sendAll starts n Sends to distinct receivers' inboxes and returns a
+// function that waits for them and returns their errors.
+func sendAll(a *Agent, ctx context.Context, n int) func() []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = a.Send(ctx, "receiver", "work", map[string]int{"i": i})
+		})
+	}
+	return func() []error { wg.Wait(); return errs }
+}
+
+// Sends that find every slot busy wait in line; the slot's next holder
+// publishes the whole line as one fast batch, and each Send returns once
+// its own message is stored.
+func TestSendLine_SharesOneFastBatch(t *testing.T) {
+	a, stream := lineAgent(t, true)
+	const n = 20
+	wait := sendAll(a, context.Background(), n)
+	inLine(t, a, n)
+	a.passSlot()
+	for i, err := range wait() {
+		if err != nil {
+			t.Errorf("send %d: %v", i, err)
+		}
+	}
+	if got := a.Stats().FastBatched; got != n {
+		t.Errorf("FastBatched = %d, want %d: the line went as one batch", got, n)
+	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, n)
+	}
+	a.line.mu.Lock()
+	defer a.line.mu.Unlock()
+	// The test's passSlot freed one of the slots it had taken.
+	if a.line.busy != sendSlots-1 || len(a.line.queue) != 0 {
+		t.Errorf("after the batch: %d slots busy, %d in line; want %d and 0", a.line.busy, len(a.line.queue), sendSlots-1)
+	}
+}
+
+// On a stream without fast batches the line's messages are published one
+// by one, and all are stored.
+func TestSendLine_WithoutFastBatch(t *testing.T) {
+	a, stream := lineAgent(t, false)
+	const n = 5
+	wait := sendAll(a, context.Background(), n)
+	inLine(t, a, n)
+	a.passSlot()
+	for i, err := range wait() {
+		if err != nil {
+			t.Errorf("send %d: %v", i, err)
+		}
+	}
+	if st := a.Stats(); st.FastBatched != 0 {
+		t.Errorf("FastBatched = %d on a stream without fast batches", st.FastBatched)
+	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, n)
+	}
+}
+
+// A Send whose ctx ends while it waits in line leaves the line, returns
+// the ctx's error and publishes nothing; the line behind it goes on.
+func TestSendLine_CancelledInLine(t *testing.T) {
+	a, stream := lineAgent(t, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	waitCancelled := sendAll(a, ctx, 1)
+	inLine(t, a, 1)
+	waitOthers := sendAll(a, context.Background(), 3)
+	inLine(t, a, 4)
+	cancel()
+	if err := waitCancelled()[0]; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Send: %v, want context.Canceled", err)
+	}
+	inLine(t, a, 3)
+	a.passSlot()
+	for i, err := range waitOthers() {
+		if err != nil {
+			t.Errorf("send %d: %v", i, err)
+		}
+	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Errorf("stream holds %d messages, want the 3 not cancelled", info.State.Msgs)
+	}
+}
+
+// A publish that must tell a duplicate (a Request's: no reply would come)
+// skips the line, since a fast batch stores nothing for a duplicate
+// without saying so.
+func TestSendLine_AlonePublishSeesDuplicates(t *testing.T) {
+	a, _ := lineAgent(t, true)
+	e, err := a.NewRequest(context.Background(), "receiver", "work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := a.subjectFor(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, true} {
+		older, err := a.publish(context.Background(), subject, e, true)
+		if err != nil || older != want {
+			t.Fatalf("publish %d: older %v, err %v; want %v", i+1, older, err, want)
+		}
+	}
+}
