@@ -72,6 +72,7 @@ type fastBatches struct {
 	off atomic.Bool
 
 	mu      sync.Mutex
+	closed  bool // the agent has stopped: no new subscription
 	sub     *nats.Subscription
 	base    string // the subscription is base.>; a batch's inbox is base.<batch id>
 	waiting map[string]chan fastOutcome
@@ -84,6 +85,10 @@ type fastOutcome struct {
 	err    error
 }
 
+// errFastBatchesClosed reports a fast batch of a stopped agent: its
+// messages are published one by one.
+var errFastBatchesClosed = errors.New("agentkit: agent stopped: no fast batches")
+
 // open registers a new batch and returns its inbox and id, and the channel
 // that receives its outcome.
 func (f *fastBatches) open(nc *nats.Conn) (inbox, id string, result chan fastOutcome, err error) {
@@ -91,6 +96,11 @@ func (f *fastBatches) open(nc *nats.Conn) (inbox, id string, result chan fastOut
 	id = inbox[strings.LastIndexByte(inbox, '.')+1:]
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.closed {
+		// A subscription made now would outlive the agent: nothing
+		// would drop it before the connection closes.
+		return "", "", nil, errFastBatchesClosed
+	}
 	if f.sub == nil {
 		base := nc.NewInbox()
 		sub, err := nc.Subscribe(base+".>", f.route)
@@ -129,10 +139,12 @@ func (f *fastBatches) route(m *nats.Msg) {
 	}
 }
 
-// close drops the reply subscription; the next batch makes a new one.
+// close drops the reply subscription for good: the agent has stopped,
+// and its later sends (SendBatch, or Sends in line) go one by one.
 func (f *fastBatches) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.closed = true
 	if f.sub != nil {
 		f.sub.Unsubscribe() //nolint:errcheck // a closed connection has dropped it already
 		f.sub, f.waiting = nil, nil

@@ -94,6 +94,40 @@ func TestFastBatches_ConcurrentBatchesGetTheirOwnAcks(t *testing.T) {
 	}
 }
 
+// A stopped agent's sends still store their messages, one by one: a fast
+// batch would subscribe again to its replies, and nothing would drop that
+// subscription (nor its goroutine) before the connection closes.
+func TestFastBatches_NoSubscriptionAfterStop(t *testing.T) {
+	a, stream := streamAgent(t, true)
+	a.Stop()
+	envs := make([]*Envelope, 3)
+	for i := range envs {
+		var err error
+		if envs[i], err = a.NewRequest(context.Background(), "receiver", "work", map[string]int{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.SendBatch(context.Background(), envs); err != nil {
+		t.Fatal(err)
+	}
+	a.fast.mu.Lock()
+	sub := a.fast.sub
+	a.fast.mu.Unlock()
+	if sub != nil {
+		t.Errorf("a fast batch reply subscription after Stop (valid: %v)", sub.IsValid())
+	}
+	if st := a.Stats(); st.FastBatched != 0 {
+		t.Errorf("FastBatched = %d after Stop", st.FastBatched)
+	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(len(envs)) {
+		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, len(envs))
+	}
+}
+
 // streamAgent returns a sender on a fresh stream that takes fast batches
 // or not, and the stream.
 func streamAgent(t *testing.T, fast bool) (*Agent, jetstream.Stream) {
