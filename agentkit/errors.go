@@ -32,12 +32,6 @@ var (
 	// ErrNoFallback: no other READY agent has the capability to take the
 	// message (see [NoFallbackError]).
 	ErrNoFallback = errors.New("agentkit: no fallback agent")
-	// ErrDuplicate: the stream already held the message's id, within its
-	// duplicate window, from an earlier send, so it stored nothing.
-	// [Agent.Request] and [Agent.SendAndWait] return it at once: no reply
-	// would come. Send and SendEnvelope take the stored copy as sent and
-	// count it in [Stats].PublishDuplicates.
-	ErrDuplicate = errors.New("agentkit: message_id already stored")
 	// ErrPermissionDenied: the server refused this connection's credentials
 	// a subject (publishing as another agent, another agent's consumer, a
 	// JetStream API call). Not retried.

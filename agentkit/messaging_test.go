@@ -232,28 +232,38 @@ func TestSend_SameMessageIDHandledOnce(t *testing.T) {
 	}
 }
 
-// A Request whose message_id the stream already holds stored nothing, so
-// no response can come: it fails at once with ErrDuplicate instead of
-// waiting out its timeout.
-func TestRequest_DuplicateMessageIDFailsAtOnce(t *testing.T) {
+// A Request that timed out can be tried again under the same message_id
+// (WithMessageID): the stream stores it once, and the retry receives the
+// response to the first copy, which was still being handled.
+func TestRequest_RetrySameIDAfterTimeout(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
+	release := make(chan struct{})
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		<-release
 		return msg.Reply(ctx, "done", nil)
 	}})
 	orch := m.started("orch", nil)
 	id := agentkit.NewMessageID()
-	if _, err := orch.Request(ctx(t), "recv", "work", nil, agentkit.WithMessageID(id)); err != nil {
-		t.Fatal(err)
-	}
-	c, cancel := context.WithTimeout(ctx(t), time.Minute)
+	short, cancel := context.WithTimeout(ctx(t), 300*time.Millisecond)
 	defer cancel()
-	// Without the check it would time out after the minute: ErrTimeout.
-	if _, err := orch.Request(c, "recv", "work", nil, agentkit.WithMessageID(id)); !errors.Is(err, agentkit.ErrDuplicate) {
-		t.Fatalf("second Request: %v, want ErrDuplicate", err)
+	if _, err := orch.Request(short, "recv", "work", nil, agentkit.WithMessageID(id)); !errors.Is(err, agentkit.ErrTimeout) {
+		t.Fatalf("first Request: %v, want ErrTimeout", err)
 	}
-	if st := orch.BreakerState("recv"); st != agentkit.BreakerClosed {
-		t.Fatalf("breaker %s after a local failure", st)
+	type result struct {
+		reply *agentkit.Envelope
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := orch.Request(ctx(t), "recv", "work", nil, agentkit.WithMessageID(id))
+		done <- result{r, err}
+	}()
+	eventually(t, 5*time.Second, "the retry's publish", func() bool { return orch.Stats().PublishDuplicates == 1 })
+	close(release)
+	r := <-done
+	if r.err != nil || r.reply.InReplyTo != id || r.reply.Action != "done" {
+		t.Fatalf("retry: reply %+v, err %v; want the response to %s", r.reply, r.err, id)
 	}
 }
 

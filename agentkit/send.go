@@ -217,21 +217,14 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // duplicates. If ctx has no deadline, retries stop after the publish
 // timeout ([WithPublishTimeout]).
 func (a *Agent) SendEnvelope(ctx context.Context, e *Envelope) error {
-	_, err := a.sendEnvelope(ctx, e, false)
-	return err
-}
-
-// sendEnvelope is SendEnvelope, also reporting whether the stream held an
-// older copy of e (see publish; alone as there).
-func (a *Agent) sendEnvelope(ctx context.Context, e *Envelope, alone bool) (older bool, err error) {
 	if e.SenderID != a.id {
-		return false, fmt.Errorf("%w: sender_id %q is not this agent %q", ErrInvalidEnvelope, e.SenderID, a.id)
+		return fmt.Errorf("%w: sender_id %q is not this agent %q", ErrInvalidEnvelope, e.SenderID, a.id)
 	}
 	subject, err := a.subjectFor(e)
 	if err != nil {
-		return false, err
+		return err
 	}
-	return a.publish(ctx, subject, e, alone)
+	return a.publish(ctx, subject, e)
 }
 
 func (a *Agent) subjectFor(e *Envelope) (string, error) {
@@ -264,8 +257,7 @@ func (a *Agent) sendReply(ctx context.Context, e *Envelope) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.publish(ctx, subject, e, false)
-	return err
+	return a.publish(ctx, subject, e)
 }
 
 // outMsg is an encoded envelope ready to publish. Its data lives in a
@@ -320,28 +312,15 @@ func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMs
 }
 
 // publish encodes e and stores it on subject, retrying retryable failures.
-// older reports that the first attempt's ack said duplicate: the stream
-// held e's id before this call. A duplicate after a retry may be the
-// stream's copy of an earlier attempt whose ack was lost, so it says
-// nothing; so does a fast batch, which stores nothing for a duplicate and
-// does not say so: the first attempt of a publish that must tell (alone)
-// never joins the send line (see sendLine).
-func (a *Agent) publish(ctx context.Context, subject string, e *Envelope, alone bool) (older bool, err error) {
+func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err error) {
 	ctx, span := a.startSend(ctx, subject, e)
 	defer func() { endSpan(span, err) }()
 	msg, err := a.message(ctx, subject, e)
 	if err != nil {
-		return false, err
+		return err
 	}
 	a.inject(ctx, msg.Header)
-	if alone {
-		err = a.publishOnce(ctx, msg)
-	} else {
-		err = a.publishFirst(ctx, msg)
-	}
-	if older = errors.Is(err, errDuplicateAck); older {
-		err = nil
-	}
+	err = a.publishFirst(ctx, msg)
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 		defer cancel()
@@ -354,13 +333,13 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope, alone 
 			return err
 		}, backoff.WithContext(publishBackOff(), ctx))
 	}
-	if err != nil && !errors.Is(err, errDuplicateAck) {
+	if err != nil {
 		a.countError("publish")
-		return false, fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
+		return fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
 	}
 	msg.stored()
 	a.countSent(e)
-	return older, nil
+	return nil
 }
 
 // publishBackOff is the retry schedule of failed publishes: exponential
@@ -451,9 +430,6 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 		a.publishEach(ctx, msgs, todo, errs)
 		retry := todo[:0]
 		for _, i := range todo {
-			if errors.Is(errs[i], errDuplicateAck) {
-				errs[i] = nil // stored before: a batch is sent once all of it is stored
-			}
 			if errs[i] != nil && retryablePublish(errs[i]) && ctx.Err() == nil {
 				retry = append(retry, i)
 			}
@@ -510,10 +486,7 @@ func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs
 		if errs[i] == nil {
 			select {
 			case ack := <-futures[j].Ok():
-				if ack != nil && ack.Duplicate {
-					a.stats.publishDups.Add(1)
-					errs[i] = errDuplicateAck
-				}
+				a.countDuplicate(ack)
 				continue
 			case errs[i] = <-futures[j].Err():
 			case <-ctx.Done():
@@ -526,10 +499,13 @@ func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs
 	}
 }
 
-// errDuplicateAck is publishEach's outcome for a message the stream
-// acknowledged as a duplicate of a message id it held: stored, but not by
-// this publish.
-var errDuplicateAck = errors.New("agentkit: acknowledged as a duplicate")
+// countDuplicate counts ack in Stats.PublishDuplicates if the stream
+// stored nothing for it.
+func (a *Agent) countDuplicate(ack *jetstream.PubAck) {
+	if ack != nil && ack.Duplicate {
+		a.stats.publishDups.Add(1)
+	}
+}
 
 // denied returns ErrPermissionDenied when the server refused this
 // connection the subject. The server reports that only asynchronously
@@ -550,7 +526,7 @@ func (a *Agent) denied(subject string) error {
 func retryablePublish(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.Is(err, ErrPermissionDenied), errors.Is(err, errDuplicateAck):
+	case errors.Is(err, ErrPermissionDenied):
 		return false
 	case errors.As(err, &apiErr):
 		return apiErr.Code == 503 || apiErr.ErrorCode == jsDuplicateInProcess
@@ -641,12 +617,8 @@ func (a *Agent) await(ctx context.Context, e *Envelope, accept func(*Envelope) b
 	}
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.requestTimeout)
 	defer cancel()
-	older, err := a.sendEnvelope(ctx, e, true)
-	if err != nil {
+	if err := a.SendEnvelope(ctx, e); err != nil {
 		return nil, err
-	}
-	if older {
-		return nil, fmt.Errorf("%w: %s %s to %s: the stream held it already, so no reply will come", ErrDuplicate, e.Action, e.MessageID, e.ReceiverID)
 	}
 	select {
 	case r, ok := <-w.ch:

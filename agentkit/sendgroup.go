@@ -24,8 +24,7 @@ import (
 // Only the first attempt goes through the line; a member whose message
 // the batch did not store retries on its own (Agent.publish), under the
 // same message id. A fast batch stores nothing for a duplicate message id
-// without saying so, so a publish that must know (a Request's) never
-// joins the line.
+// without saying so: Stats.PublishDuplicates does not count those.
 
 // sendSlots is how many of an agent's publishes may be in flight before
 // the next Send joins the line.

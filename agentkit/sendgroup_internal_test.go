@@ -136,24 +136,3 @@ func TestSendLine_CancelledInLine(t *testing.T) {
 		t.Errorf("stream holds %d messages, want the 3 not cancelled", info.State.Msgs)
 	}
 }
-
-// A publish that must tell a duplicate (a Request's: no reply would come)
-// skips the line, since a fast batch stores nothing for a duplicate
-// without saying so.
-func TestSendLine_AlonePublishSeesDuplicates(t *testing.T) {
-	a, _ := lineAgent(t, true)
-	e, err := a.NewRequest(context.Background(), "receiver", "work", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subject, err := a.subjectFor(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range []bool{false, true} {
-		older, err := a.publish(context.Background(), subject, e, true)
-		if err != nil || older != want {
-			t.Fatalf("publish %d: older %v, err %v; want %v", i+1, older, err, want)
-		}
-	}
-}

@@ -36,8 +36,9 @@ file's envelope goes to its receiver_id, else its topic, else to every agent
 in_reply_to) and prints it as JSON. The CLI is an agent itself (--from, default
 "cli"): it gets the durable consumers every agentkit agent has, so the
 response is stored and acknowledged like any other message. An error or NACK
-reply is printed and exits 1. A message_id the stream already holds fails at
-once, as with send: no response would come.`
+reply is printed and exits 1. A message_id the stream already holds (sent
+within its duplicate window) is not stored again: the response to the earlier
+copy is awaited, which comes only if it has not been received before.`
 	}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -187,8 +188,12 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		if err := agent.SendEnvelope(sctx, env); err != nil {
 			return err
 		}
-		if metOlderCopy(agent.Stats()) {
-			return duplicateErr(env.MessageID)
+		// A duplicate ack to a first attempt means an earlier send stored the
+		// id. After a retry it may instead be the first attempt's own copy,
+		// whose ack was lost, and the ack does not say which: that counts as
+		// sent.
+		if st := agent.Stats(); st.PublishDuplicates > 0 && st.PublishRetries == 0 {
+			return fmt.Errorf("not sent: the stream already holds message_id %s (sent within its duplicate window); give the envelope a new message_id", env.MessageID)
 		}
 		fmt.Fprintf(a.stdout, "sent %s %s to %s [%s] message_id=%s correlation_id=%s\n",
 			env.MessageType, env.Action, target(env), env.Priority, env.MessageID, env.Correlation)
@@ -200,9 +205,6 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		return err
 	}
 	reply, rerr := agent.Request(rctx, env.ReceiverID, env.Action, env.Payload, envelopeOptions(env)...)
-	if errors.Is(rerr, agentkit.ErrDuplicate) {
-		return duplicateErr(env.MessageID)
-	}
 	if reply != nil {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -211,21 +213,6 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		}
 	}
 	return rerr
-}
-
-// metOlderCopy reports whether an agent that published one message found
-// its message id already stored, by an earlier send. After a retry, a
-// duplicate may instead be the first attempt's own copy, whose ack was
-// lost, and neither the stream's ack nor Stats says which: that case
-// counts as sent.
-func metOlderCopy(st agentkit.Stats) bool {
-	return st.PublishDuplicates > 0 && st.PublishRetries == 0
-}
-
-// duplicateErr is the failure of a send or request whose message_id the
-// stream already held.
-func duplicateErr(id string) error {
-	return fmt.Errorf("not sent: the stream already holds message_id %s (sent within its duplicate window); give the envelope a new message_id", id)
 }
 
 // target says where env goes: its receiver, its topic or every agent.
