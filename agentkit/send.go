@@ -175,6 +175,9 @@ func HandledEnvelope(ctx context.Context) *Envelope { return handling(ctx) }
 // Send sends a request (or, with [WithMessageType], another type) to
 // agent to and returns once the stream has stored it. It does not wait for
 // the receiver; see [Agent.Request] and [Agent.SendAndWait] for that.
+// Concurrent Sends of one agent share fast batches, like [Agent.SendBatch],
+// once four of its publishes are waiting for the stream: fewer stream
+// acks, the same guarantee.
 func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
