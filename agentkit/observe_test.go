@@ -201,6 +201,44 @@ func TestTracing_RuntimeRepliesContinueTheTrace(t *testing.T) {
 	}
 }
 
+// Envelopes sent with SendBatch carry the batch span in their trace
+// field, as their headers do, so readers of the body alone see the trace.
+func TestTracing_SendBatchEnvelopesCarryTheTrace(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	tp, _, opts := traced(t)
+	got := make(chan *agentkit.Envelope, 2)
+	m.started("worker", map[string]agentkit.HandlerFunc{"work": func(_ context.Context, msg *agentkit.Message) error {
+		got <- msg.Envelope
+		return nil
+	}}, opts...)
+	orch := m.agent("orch", opts...)
+	root, span := tp.Tracer("test").Start(context.Background(), "workflow")
+	var envs []*agentkit.Envelope
+	for range 2 {
+		e, err := orch.NewRequest(root, "worker", "work", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := orch.SendBatch(root, envs); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	want := span.SpanContext().TraceID().String()
+	for range 2 {
+		select {
+		case e := <-got:
+			if e.Trace == nil || e.Trace.TraceID != want || e.Trace.ParentSpan != span.SpanContext().SpanID().String() {
+				t.Errorf("envelope trace %+v, want trace %s under span %s", e.Trace, want, span.SpanContext().SpanID())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the batch was not handled")
+		}
+	}
+}
+
 // Logs are structured and quiet by default; payloads appear only when asked for.
 func TestLogging_StructuredWithoutPayloads(t *testing.T) {
 	t.Parallel()

@@ -406,13 +406,18 @@ func (e *BatchError) Unwrap() []error {
 // batches of up to 1,000, each confirmed by one ack instead of one per
 // message; what a fast batch does not confirm is published one by one.
 func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
+	parent := trace.SpanContextFromContext(ctx)
 	ctx, span := a.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.Int("messaging.batch.message_count", len(envs))))
 	defer func() { endSpan(span, err) }()
+	recording := span.IsRecording()
 	msgs := make([]outMsg, len(envs))
 	for i, e := range envs {
 		if e.SenderID != a.id {
 			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", ErrInvalidEnvelope, i, e.SenderID, a.id)
+		}
+		if recording {
+			mirrorTrace(e, span, parent) // every message carries the batch span
 		}
 		subject, err := a.subjectFor(e)
 		if err == nil {

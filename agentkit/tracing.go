@@ -61,13 +61,19 @@ func (a *Agent) startSend(ctx context.Context, subject string, e *Envelope) (con
 		attribute.String("agentmesh.action", e.Action),
 		attribute.String("agentmesh.message_type", string(e.MessageType)),
 	)
+	mirrorTrace(e, span, parent)
+	return ctx, span
+}
+
+// mirrorTrace sets e's trace field to span, a child of parent (if valid),
+// as its headers will carry it.
+func mirrorTrace(e *Envelope, span trace.Span, parent trace.SpanContext) {
 	if sc := span.SpanContext(); sc.IsValid() {
 		e.Trace = &Trace{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String()}
 		if parent.IsValid() {
 			e.Trace.ParentSpan = parent.SpanID().String()
 		}
 	}
-	return ctx, span
 }
 
 // inject writes ctx's trace context into h.
