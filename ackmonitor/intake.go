@@ -290,15 +290,21 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 			_ = f.msg.NakWithDelay(intakeNakDelay)
 			continue
 		}
-		if _, err := m.apply(ctx, store.Batch{Refused: toBatch([]jetstream.Msg{f.msg}).Events}); err != nil {
+		events := toBatch([]jetstream.Msg{f.msg}).Events
+		if _, err := m.apply(ctx, store.Batch{Refused: events}); err != nil {
 			m.cfg.Logger.Warn("recording a refused event failed; not terminated", "stream_seq", seq, "err", err)
 			_ = f.msg.NakWithDelay(intakeNakDelay) // tried again, as the count stays
 			continue
 		}
 		delete(refused, seq)
 		name := cons.CachedInfo().Name
-		m.cfg.Logger.Error("the ledger refuses a message; terminated", "consumer", name, "subject", f.msg.Subject(),
-			"stream_seq", seq, "err", f.err)
+		attrs := []any{"consumer", name, "subject", f.msg.Subject(), "stream_seq", seq, "err", f.err}
+		for _, e := range events {
+			// The ledger row the event is about (stream_seq is the event's
+			// own): after a TERM or MAX_DELIVERIES it stays pending for good.
+			attrs = append(attrs, "event", e.Kind, "row", fmt.Sprintf("%d/%s", e.StreamSeq, e.Consumer))
+		}
+		m.cfg.Logger.Error("the ledger refuses a message; terminated", attrs...)
 		m.metrics.refused.WithLabelValues(name).Inc()
 		_ = f.msg.TermWithReason("the ack ledger refuses it: " + f.err.Error())
 	}

@@ -2,7 +2,9 @@ package ackmonitor_test
 
 import (
 	"context"
+	"database/sql"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -94,4 +96,85 @@ func TestIntake_OutageTerminatesNothingAlone(t *testing.T) {
 		recs, err := st.Messages(ctx, store.Query{Receiver: "worker", Limit: 10})
 		return err == nil && len(recs) == 1 && recs[0].MessageID == "alone"
 	})
+}
+
+// TestIntake_LockedLedgerTerminatesNothing: while another session holds
+// the ledger table locked (CREATE INDEX takes this lock, VACUUM FULL a
+// stronger one), every ledger write fails, as in an outage, but
+// store_probe takes writes: nothing may be terminated, and the sends are
+// recorded once the lock is released. The probe wrote only store_probe,
+// and every send was terminated within seconds, lost to the ledger.
+// lock_timeout makes the blocked writes fail at once instead of at the
+// monitor's 30s timeout.
+func TestIntake_LockedLedgerTerminatesNothing(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	dsn := ledgerAt(t, postgresStore)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("lock_timeout", "100")
+	u.RawQuery = q.Encode()
+	st, err := store.OpenPostgres(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := testCtx(t)
+	var failures atomic.Int64
+	mon := startMonitor(t, m.s, fastConfig(failedWrites{st, &failures}))
+	metrics := httptest.NewServer(mon.Handler())
+	t.Cleanup(metrics.Close)
+	client := m.agent("client", nil)
+
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	lock, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback()
+	if _, err := lock.ExecContext(ctx, "LOCK TABLE message_acknowledgments IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	const sends = 3
+	for range sends {
+		if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Well past the 5 passes a refused message gets (each pass fails a
+	// write per message, and the batch or the probe).
+	eventually(t, 60*time.Second, "many failed writes (or a termination)", func() bool {
+		return failures.Load() >= 20*sends || refusedTotal(metrics.URL, "ackmonitor_sends") > 0
+	})
+	if v := refusedTotal(metrics.URL, "ackmonitor_sends"); v != 0 {
+		t.Fatalf("%v sends terminated while the ledger table was locked", v)
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the sends recorded after the lock", func() bool {
+		recs, err := st.Messages(ctx, store.Query{Receiver: "worker", Limit: 10})
+		return err == nil && len(recs) == sends
+	})
+}
+
+// failedWrites counts the writes its store fails.
+type failedWrites struct {
+	store.Store
+	n *atomic.Int64
+}
+
+func (s failedWrites) Apply(ctx context.Context, b store.Batch) (store.Applied, error) {
+	a, err := s.Store.Apply(ctx, b)
+	if err != nil {
+		s.n.Add(1)
+	}
+	return a, err
 }

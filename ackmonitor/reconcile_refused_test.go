@@ -2,13 +2,18 @@ package ackmonitor_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
 // TestReconcile_RefusedTermInfersNoAck: the receiver terminates a message,
@@ -47,7 +52,10 @@ func testRefusedTerm(t *testing.T, kind storeKind, traffic bool) {
 	termOfWorker := func(b store.Batch) bool {
 		return slices.ContainsFunc(b.Events, func(e store.Event) bool { return e.Kind == store.EventTerm && e.Receiver == "worker" })
 	}
-	mon := startMonitor(t, m.s, fastConfig(refusing{Store: st, refuse: termOfWorker}))
+	var logs natstest.SyncBuffer
+	cfg := fastConfig(refusing{Store: st, refuse: termOfWorker})
+	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), nil))
+	mon := startMonitor(t, m.s, cfg)
 	metrics := httptest.NewServer(mon.Handler())
 	t.Cleanup(metrics.Close)
 
@@ -92,5 +100,10 @@ func testRefusedTerm(t *testing.T, kind storeKind, traffic bool) {
 	}
 	if r.Status != store.StatusPending {
 		t.Fatalf("the terminated message, whose TERM event the ledger refused, has status %q (history %+v); want pending", r.Status, r.History)
+	}
+	// The operator finds the row that stays pending from the log: the
+	// stream_seq logged is the event's own, in the events stream.
+	if want := fmt.Sprintf("event=TERM row=%d/%s", r.StreamSeq, r.Consumer); !strings.Contains(logs.String(), want) {
+		t.Fatalf("the termination log does not name the row (%s)", want)
 	}
 }

@@ -319,17 +319,36 @@ func text(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
+// probeWrites are the writes of an empty Apply besides store_probe's row:
+// each changes no row of a table Apply writes, but takes the table's write
+// lock and needs the table, so a ledger table that takes no writes (held
+// locked by CREATE INDEX, VACUUM FULL or LOCK TABLE, or gone) fails the
+// probe as it fails every batch: the intake must not take that outage for
+// messages the ledger refuses, and terminate them.
+var probeWrites = []string{
+	`UPDATE message_sends SET sent_at = sent_at WHERE 1 = 0`,
+	`UPDATE message_acknowledgments SET created_at = created_at WHERE 1 = 0`,
+	`UPDATE metrics_dirty SET gen = gen WHERE 1 = 0`,
+	`UPDATE agent_health SET updated_at = updated_at WHERE 1 = 0`,
+	`UPDATE refused_events SET refused_at = refused_at WHERE 1 = 0`,
+}
+
 // Apply writes a batch with a handful of multi-row statements, whatever
 // its size: round trips, not rows, are what a batch costs in PostgreSQL.
 // An empty batch updates store_probe's row: a real write (a store that
-// is down or read-only fails it) that changes no ledger data.
+// is down or read-only fails it) that changes no ledger data; and it
+// writes no row of each ledger table (probeWrites).
 func (s *sqlStore) Apply(ctx context.Context, b Batch) (Applied, error) {
 	if b.empty() {
 		return Applied{}, s.tx(ctx, func(tx *sql.Tx) error {
-			_, err := s.exec(ctx, tx, `INSERT INTO store_probe (id, probed_at) VALUES (1, ?)
-				ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at`, time.Now().UnixMicro())
-			if err != nil {
+			if _, err := s.exec(ctx, tx, `INSERT INTO store_probe (id, probed_at) VALUES (1, ?)
+				ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at`, time.Now().UnixMicro()); err != nil {
 				return fmt.Errorf("store: probe: %w", err)
+			}
+			for _, w := range probeWrites {
+				if _, err := s.exec(ctx, tx, w); err != nil {
+					return fmt.Errorf("store: probe: %w", err)
+				}
 			}
 			return nil
 		})

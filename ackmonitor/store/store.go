@@ -344,7 +344,7 @@ type AgentHealth struct {
 type Store interface {
 	// Apply records sends and events in one transaction; replays are no-ops.
 	// An empty batch records nothing but still commits a write: it checks
-	// that the store takes writes.
+	// that the store takes writes, to each table a batch writes.
 	Apply(ctx context.Context, b Batch) (Applied, error)
 	// Get returns one ledger row or [ErrNotFound].
 	Get(ctx context.Context, k Key) (Record, error)
