@@ -46,6 +46,12 @@ type sqlStore struct {
 	writeMu sync.Mutex
 	rebound sync.Map // query → rebound query
 	stmts   sync.Map // rebound query → *sql.Stmt
+	// txSlots keeps concurrent transactions below the pool's connections
+	// (nil: no bound). A transaction that prepares a statement not yet
+	// cached (prepared) needs a second connection for it: with every
+	// connection held by such a transaction, all of them would wait for
+	// ever.
+	txSlots chan struct{}
 	closed  chan struct{}
 	once    sync.Once
 }
@@ -123,6 +129,9 @@ func (s *sqlStore) q(query string) string {
 
 func newSQLStore(ctx context.Context, db *sql.DB, d dialect) (*sqlStore, error) {
 	s := &sqlStore{db: db, d: d, closed: make(chan struct{})}
+	if n := db.Stats().MaxOpenConnections; n > 0 && !d.serialWrites {
+		s.txSlots = make(chan struct{}, max(n-1, 1))
+	}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -181,6 +190,14 @@ func (s *sqlStore) tx(ctx context.Context, f func(*sql.Tx) error) error {
 	if s.d.serialWrites {
 		s.writeMu.Lock()
 		defer s.writeMu.Unlock()
+	}
+	if s.txSlots != nil {
+		select {
+		case s.txSlots <- struct{}{}:
+			defer func() { <-s.txSlots }()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {

@@ -30,6 +30,7 @@ func Run(t *testing.T, db Database) {
 		{"OutcomesFromHistory", testOutcomes},
 		{"OutOfOrderAndReplays", testOutOfOrder},
 		{"ConcurrentWritersLoseNothing", testConcurrentWriters},
+		{"ManyWritersOnColdStatements", testColdStatements},
 		{"TopicFansOutPerConsumer", testTopic},
 		{"RatesWindowAndSeries", testRates},
 		{"HourlyRollup", testHourly},
@@ -304,6 +305,36 @@ func testConcurrentWriters(t *testing.T, s store.Store) {
 	}
 	if lost > 0 {
 		t.Fatalf("%d of %d rows lost an event or their send", lost, rows)
+	}
+}
+
+// testColdStatements runs more concurrent writes than a store has
+// connections, each starting with statements not prepared before (a fresh
+// store's probes, sends and events): preparing one must not wait for a
+// connection that only the waiting writes hold.
+func testColdStatements(t *testing.T, s store.Store) {
+	const writers = 24
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			var b store.Batch // every third an empty batch: the probe
+			switch seq := uint64(5000 + w); w % 3 {
+			case 1:
+				b.Sends = []store.Send{send(seq, "a", "cold", base)}
+			case 2:
+				b.Events = []store.Event{ev(store.EventNak, seq, "cold_normal", 1, base)}
+			}
+			if _, err := s.Apply(ctx(t), b); err != nil {
+				errs <- fmt.Errorf("writer %d: %w", w, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
