@@ -67,31 +67,23 @@ func TestIntake_OutageTerminatesNothingAlone(t *testing.T) {
 	m := newMesh(t)
 	st := openStore(t, sqliteStore)
 	ctx := testCtx(t)
-	var down atomic.Bool
-	var refusals atomic.Int64
-	outage := func(store.Batch) bool { // every write while down, checks included
-		if down.Load() {
-			refusals.Add(1)
-			return true
-		}
-		return false
-	}
-	mon := startMonitor(t, m.s, fastConfig(refusing{Store: st, refuse: outage}))
+	var o outage
+	mon := startMonitor(t, m.s, fastConfig(o.ledger(st)))
 	metrics := httptest.NewServer(mon.Handler())
 	t.Cleanup(metrics.Close)
 	client := m.agent("client", nil) // no receiver: the send is the only message
-	down.Store(true)
+	o.down.Store(true)
 	if _, err := client.Send(ctx, "worker", "ok", nil, agentkit.WithMessageID("alone")); err != nil {
 		t.Fatal(err)
 	}
 	// Several times the passes a refused message gets (5, about 1s each).
 	eventually(t, 60*time.Second, "many refusals (or a termination)", func() bool {
-		return refusals.Load() >= 30 || refusedTotal(metrics.URL, "ackmonitor_sends") > 0
+		return o.refusals.Load() >= 30 || refusedTotal(metrics.URL, "ackmonitor_sends") > 0
 	})
 	if v := refusedTotal(metrics.URL, "ackmonitor_sends"); v != 0 {
 		t.Fatalf("%v messages terminated during an outage", v)
 	}
-	down.Store(false)
+	o.down.Store(false)
 	eventually(t, 20*time.Second, "the send recorded after the outage", func() bool {
 		recs, err := st.Messages(ctx, store.Query{Receiver: "worker", Limit: 10})
 		return err == nil && len(recs) == 1 && recs[0].MessageID == "alone"

@@ -68,6 +68,24 @@ func (s refusing) Apply(ctx context.Context, b store.Batch) (store.Applied, erro
 	return s.Store.Apply(ctx, b)
 }
 
+// outage is a ledger that refuses every write, checks included, while
+// down is set, counting its refusals.
+type outage struct {
+	down     atomic.Bool
+	refusals atomic.Int64
+}
+
+// ledger wraps st in the outage.
+func (o *outage) ledger(st store.Store) store.Store {
+	return refusing{Store: st, refuse: func(store.Batch) bool {
+		if o.down.Load() {
+			o.refusals.Add(1)
+			return true
+		}
+		return false
+	}}
+}
+
 // TestIntake_RefusedMessageHoldsUpNothing: a message the ledger refuses
 // fails its batch, and the batch is written one message at a time: the
 // others are recorded at once, and the refused one, after a few passes
@@ -133,16 +151,8 @@ func TestIntake_OutageTerminatesNothing(t *testing.T) {
 	m := newMesh(t)
 	st := openStore(t, sqliteStore)
 	ctx := testCtx(t)
-	var down atomic.Bool
-	var refusals atomic.Int64
-	outage := func(store.Batch) bool { // every write while down
-		if down.Load() {
-			refusals.Add(1)
-			return true
-		}
-		return false
-	}
-	mon := startMonitor(t, m.s, fastConfig(refusing{Store: st, refuse: outage}))
+	var o outage
+	mon := startMonitor(t, m.s, fastConfig(o.ledger(st)))
 	metrics := httptest.NewServer(mon.Handler())
 	t.Cleanup(metrics.Close)
 	m.agent("worker", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})
@@ -158,7 +168,7 @@ func TestIntake_OutageTerminatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "the first message recorded", func() bool { return recorded() == 1 })
-	down.Store(true)
+	o.down.Store(true)
 	for range n {
 		if _, err := client.Send(ctx, "worker", "ok", nil); err != nil {
 			t.Fatal(err)
@@ -177,10 +187,10 @@ func TestIntake_OutageTerminatesNothing(t *testing.T) {
 	// about 2s each) several times over: the events intake meanwhile
 	// ignores the advisories of its own sends consumer's NAKs, which write
 	// nothing and must not count as the store taking writes.
-	eventually(t, 120*time.Second, "many refusals (or a termination)", func() bool { return refusals.Load() >= 300 || terminated() > 0 })
+	eventually(t, 120*time.Second, "many refusals (or a termination)", func() bool { return o.refusals.Load() >= 300 || terminated() > 0 })
 	if v := terminated(); v != 0 {
 		t.Fatalf("%v messages terminated during an outage", v)
 	}
-	down.Store(false)
+	o.down.Store(false)
 	eventually(t, 30*time.Second, "everything recorded after the outage", func() bool { return recorded() == n+1 })
 }

@@ -3,6 +3,7 @@ package agentkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -52,59 +53,39 @@ func sendAll(a *Agent, ctx context.Context, n int) func() []error {
 }
 
 // Sends that find every slot busy wait in line; the slot's next holder
-// publishes the whole line as one fast batch, and each Send returns once
-// its own message is stored.
-func TestSendLine_SharesOneFastBatch(t *testing.T) {
-	a, stream := lineAgent(t, true)
-	const n = 20
-	wait := sendAll(a, context.Background(), n)
-	inLine(t, a, n)
-	a.passSlot()
-	for i, err := range wait() {
-		if err != nil {
-			t.Errorf("send %d: %v", i, err)
-		}
-	}
-	if got := a.Stats().FastBatched; got != n {
-		t.Errorf("FastBatched = %d, want %d: the line went as one batch", got, n)
-	}
-	info, err := stream.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != n {
-		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, n)
-	}
-	a.line.mu.Lock()
-	defer a.line.mu.Unlock()
-	// The test's passSlot freed one of the slots it had taken.
-	if a.line.busy != sendSlots-1 || len(a.line.queue) != 0 {
-		t.Errorf("after the batch: %d slots busy, %d in line; want %d and 0", a.line.busy, len(a.line.queue), sendSlots-1)
-	}
-}
-
-// On a stream without fast batches the line's messages are published one
-// by one, and all are stored.
-func TestSendLine_WithoutFastBatch(t *testing.T) {
-	a, stream := lineAgent(t, false)
-	const n = 5
-	wait := sendAll(a, context.Background(), n)
-	inLine(t, a, n)
-	a.passSlot()
-	for i, err := range wait() {
-		if err != nil {
-			t.Errorf("send %d: %v", i, err)
-		}
-	}
-	if st := a.Stats(); st.FastBatched != 0 {
-		t.Errorf("FastBatched = %d on a stream without fast batches", st.FastBatched)
-	}
-	info, err := stream.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != n {
-		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, n)
+// publishes the whole line, as one fast batch where the stream takes
+// them, else one by one, and each Send returns once its own message is
+// stored.
+func TestSendLine_PublishesTheLine(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fast batches %v", fast), func(t *testing.T) {
+			a, stream := lineAgent(t, fast)
+			const n = 20
+			wait := sendAll(a, context.Background(), n)
+			inLine(t, a, n)
+			a.passSlot()
+			for i, err := range wait() {
+				if err != nil {
+					t.Errorf("send %d: %v", i, err)
+				}
+			}
+			if got, want := a.Stats().FastBatched, map[bool]uint64{true: n}[fast]; got != want {
+				t.Errorf("FastBatched = %d, want %d", got, want)
+			}
+			info, err := stream.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs != n {
+				t.Errorf("stream holds %d messages, want %d", info.State.Msgs, n)
+			}
+			a.line.mu.Lock()
+			defer a.line.mu.Unlock()
+			// The test's passSlot freed one of the slots it had taken.
+			if a.line.busy != sendSlots-1 || len(a.line.queue) != 0 {
+				t.Errorf("after the line: %d slots busy, %d in line; want %d and 0", a.line.busy, len(a.line.queue), sendSlots-1)
+			}
+		})
 	}
 }
 
