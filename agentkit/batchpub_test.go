@@ -291,6 +291,21 @@ func TestSendBatch_NoStream(t *testing.T) {
 	}
 }
 
+// Without a stream, a Send retries until its deadline (a stream without a
+// leader answers the same way for a moment) and then says why its
+// attempts failed, not only that the time ran out.
+func TestSend_NoStreamSaysWhy(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	sender := m.agent("sender")
+	sendCtx, cancel := context.WithTimeout(ctx(t), time.Second)
+	defer cancel()
+	_, err := sender.Send(sendCtx, "receiver", "work", nil)
+	if !errors.Is(err, agentkit.ErrPublish) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("Send = %v, want ErrPublish at the deadline, naming the stream's silence", err)
+	}
+}
+
 // failedItems sends envs with SendBatch under a 1s deadline (retryable
 // refusals are retried until then) and returns the items it reports
 // failed. The error must be a *BatchError matching ErrPublish, and each

@@ -324,12 +324,16 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 	}
 	a.inject(ctx, msg.Header)
 	err = a.publishFirst(ctx, msg)
+	cause := err // the last failure of an attempt that ran its course
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 		defer cancel()
 		err = backoff.Retry(func() error {
 			a.stats.publishRetries.Add(1)
 			err := a.publishOnce(ctx, msg)
+			if err != nil && ctx.Err() == nil {
+				cause = err
+			}
 			if err != nil && !retryablePublish(err) {
 				return backoff.Permanent(err)
 			}
@@ -338,6 +342,11 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 	}
 	if err != nil {
 		a.countError("publish")
+		if cause != nil && !errors.Is(err, cause) {
+			// Out of time: say why the attempts failed (no stream answering,
+			// no leader, ...), not only that the time ran out.
+			return fmt.Errorf("%w: %s %s to %s: %w (attempts failed with: %w)", ErrPublish, e.MessageType, e.MessageID, subject, err, cause)
+		}
 		return fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
 	}
 	msg.stored()

@@ -393,3 +393,18 @@ func TestUp_PortInUse(t *testing.T) {
 		t.Fatalf("exit %d after %v: %s", code, time.Since(start), errOut)
 	}
 }
+
+// TestSend_NoStream: send to a server without the mesh stream fails at the
+// publish timeout, saying why and what creates the stream.
+func TestSend_NoStream(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	cfg := filepath.Join(t.TempDir(), "agentmesh.yaml")
+	if err := os.WriteFile(cfg, []byte("agent:\n  publish_timeout: 1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "send", "--config", cfg, "-s", srv.ClientURL(), "--to", "planner_1", "--action", "plan")
+	if code != exitFailure || !strings.Contains(errOut, "no response from stream") || !strings.Contains(errOut, "auth --provision") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want a failure naming the stream's silence and what creates it", code, out, errOut)
+	}
+}

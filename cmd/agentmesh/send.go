@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
@@ -183,9 +184,14 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 	}
 	defer agent.Stop()
 	if !request {
-		sctx, cancel := opTimeout(ctx)
+		// Retries end at the publish timeout (agent.publish_timeout), as
+		// an agent's do.
+		sctx, cancel := context.WithTimeout(ctx, a.cfg.Agent.PublishTimeout)
 		defer cancel()
 		if err := agent.SendEnvelope(sctx, env); err != nil {
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				return fmt.Errorf("%w\nno stream stores mesh messages here: agents create stream %s when they start (agentmesh up, agentmesh demo), or run agentmesh auth --provision", err, a.scheme().Stream())
+			}
 			return err
 		}
 		// A duplicate ack to a first attempt means an earlier send stored the
