@@ -94,6 +94,13 @@ type Config struct {
 	// StatusInterval is how often the instance checks whether it holds the
 	// pin and refreshes lag gauges. Default PinnedTTL/5 (at least 100ms).
 	StatusInterval time.Duration
+	// StalePendingAfter is how long after its send a row without a final
+	// status counts as stale (ackmonitor_stale_pending_rows, refreshed
+	// every ReconcileInterval). Default 2h: about twice the longest a
+	// message takes to reach its last outcome under agentkit's default
+	// delivery policies (batch: 2 attempts of up to its 30m processing
+	// limit and 60s ack wait), leaving a margin for a backlog.
+	StalePendingAfter time.Duration
 }
 
 var groupRE = regexp.MustCompile(`^[a-zA-Z0-9/_=-]{1,16}$`)
@@ -152,6 +159,7 @@ func (c *Config) setDefaults() {
 	def(&c.RollupInterval, 10*time.Second)
 	def(&c.ReconcileInterval, 30*time.Second)
 	def(&c.StatusInterval, max(c.PinnedTTL/5, 100*time.Millisecond))
+	def(&c.StalePendingAfter, 2*time.Hour)
 }
 
 // Validate reports the first invalid field; errors match [ErrInvalidConfig].
@@ -178,6 +186,8 @@ func (c *Config) Validate() error {
 	case c.Window < time.Second || c.EvaluateInterval <= 0 || c.RollupInterval <= 0 || c.StatusInterval <= 0 ||
 		c.ReconcileInterval <= 0:
 		return bad("Window must be ≥ 1s and the intervals positive")
+	case c.StalePendingAfter <= 0:
+		return bad("StalePendingAfter %v must be positive", c.StalePendingAfter)
 	case !(0 < t.AckCritical && t.AckCritical <= t.AckWarning && t.AckWarning <= 1):
 		return bad("ack thresholds need 0 < critical %v ≤ warning %v ≤ 1", t.AckCritical, t.AckWarning)
 	case !(0 <= t.TimeoutWarning && t.TimeoutWarning <= t.TimeoutCritical && t.TimeoutCritical <= 1):

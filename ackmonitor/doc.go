@@ -114,6 +114,27 @@
 // behind it go ahead. Each failure is logged and counted in
 // ackmonitor_follow_up_failures_total.
 //
+// # Rows that stay pending
+//
+// A row without a final status is pending: its message is in flight or
+// waits for a receiver that is down or behind, or it stays pending for
+// good: its receiver is gone, its events were lost and no ACK can be
+// inferred (its consumer is gone, or the message left the stream), or
+// the ledger refused its TERM or MAX_DELIVERIES event (logged with the
+// row; it is neither inferred as an ACK nor dead-lettered or escalated).
+// /api/v1/messages?status=pending lists pending rows oldest first, so the
+// rows pending longest come before those in flight. After each reconcile
+// pass the active instance sets ackmonitor_stale_pending_rows to the
+// number of pending rows whose send is older than StalePendingAfter
+// (default 2h, about twice the longest a message takes to reach its last
+// outcome under agentkit's default delivery policies), a COUNT over an
+// index; rows without a recorded send are not counted (a send the ledger
+// refused, see ackmonitor_intake_refused_total, leaves its rows without
+// one), and a standby reports no value. The count falls only when rows
+// get a final status, so a row pending for good stays in it: the
+// AckMonitorStalePendingRows rule in deploy/prometheus/alerts.yml warns
+// when the count grows.
+//
 // # High availability
 //
 // Instances sharing a store and a monitor id share the two durable
@@ -147,7 +168,8 @@
 //
 //   - agent (/messages, /timeseries): an agent id, a subject token
 //     ([A-Za-z0-9_-], at most 64 characters);
-//   - status (/messages): ACK, NACK or TIMEOUT;
+//   - status (/messages): ACK, NACK, TIMEOUT, or pending: rows without a
+//     final status, oldest first (the others come newest first);
 //   - limit (/alerts, /escalations, /dlq, /messages): a positive integer;
 //     above 1000 it is lowered to 1000;
 //   - range (/timeseries, default 1h; /hourly, default 24h): a Go duration

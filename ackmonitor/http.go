@@ -238,6 +238,9 @@ func (m *Monitor) Handler() http.Handler {
 	api("messages", func(r *http.Request) (any, error) {
 		p := params{q: r.URL.Query()}
 		q := store.Query{Receiver: p.agent("agent"), Status: p.status("status"), Limit: p.limit("limit", 100)}
+		if q.Status == statusPending {
+			q.Status, q.Pending = "", true
+		}
 		if p.err != nil {
 			return nil, p.err
 		}
@@ -325,8 +328,11 @@ func (p *params) agent(name string) string {
 	return v
 }
 
-// ledgerStatuses are the final statuses a ledger query can filter on.
-var ledgerStatuses = []string{store.StatusACK, store.StatusNACK, store.StatusTimeout}
+// statusPending is the status parameter of rows without a final status.
+const statusPending = "pending"
+
+// ledgerStatuses are the statuses a ledger query can filter on.
+var ledgerStatuses = []string{store.StatusACK, store.StatusNACK, store.StatusTimeout, statusPending}
 
 // status returns a ledger status parameter ("" when absent: any status).
 func (p *params) status(name string) string {

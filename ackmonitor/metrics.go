@@ -31,7 +31,10 @@ type metrics struct {
 	lag         prometheus.Gauge
 	active      prometheus.Gauge
 	alerts      *prometheus.GaugeVec // agent, kind, severity; written by Monitor.reportAlerts only
-	alertsMu    sync.Mutex           // serializes rebuilds of alerts
+	// stalePending has no labels: one series while active, none otherwise;
+	// written by Monitor.reportStalePending only.
+	stalePending *prometheus.GaugeVec
+	alertsMu     sync.Mutex // serializes rebuilds of alerts and stalePending
 }
 
 func newMetrics() *metrics {
@@ -73,8 +76,10 @@ func newMetrics() *metrics {
 		Help: "1 while this instance holds the pin of the events consumer (evaluates alerts, escalates)."})
 	m.alerts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_alert_active",
 		Help: "1 for each active (raised, not resolved) alert, reported by the active instance only."}, []string{"agent", "kind", "severity"})
+	m.stalePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_stale_pending_rows",
+		Help: "Ledger rows without a final status whose send is older than StalePendingAfter (default 2h), reported by the active instance only."}, nil)
 	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.refused, m.inferred, m.ackTime, m.latency,
-		m.events, m.batches, m.pending, m.lag, m.active, m.alerts,
+		m.events, m.batches, m.pending, m.lag, m.active, m.alerts, m.stalePending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

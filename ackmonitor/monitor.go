@@ -309,7 +309,8 @@ func (m *Monitor) refreshStatus(ctx context.Context) {
 		m.metrics.active.Set(1)
 	} else {
 		m.metrics.active.Set(0)
-		m.reportAlerts(nil) // a standby reports no alerts
+		m.reportAlerts(nil) // a standby reports no alerts and no stale rows
+		m.reportStalePending(-1)
 	}
 }
 

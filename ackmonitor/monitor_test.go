@@ -344,6 +344,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"bad monitor id", func(c *ackmonitor.Config) { c.MonitorID = "a b" }},
 		{"inverted ack thresholds", func(c *ackmonitor.Config) { c.Thresholds = ackmonitor.Thresholds{AckWarning: 0.8, AckCritical: 0.9} }},
 		{"tiny pin ttl", func(c *ackmonitor.Config) { c.PinnedTTL = time.Millisecond }},
+		{"negative stale pending age", func(c *ackmonitor.Config) { c.StalePendingAfter = -time.Hour }},
 	}
 	m := newMesh(t)
 	for _, tt := range tests {

@@ -34,7 +34,7 @@ import (
 const reconcilePage = 1000
 
 // reconcileLoop infers missing ACKs every ReconcileInterval while this
-// instance is active.
+// instance is active, then counts the rows still pending since long ago.
 func (m *Monitor) reconcileLoop(ctx context.Context) {
 	var prev reconcileCheck
 	everyTick(ctx, m.cfg.ReconcileInterval, func() {
@@ -47,7 +47,37 @@ func (m *Monitor) reconcileLoop(ctx context.Context) {
 			m.cfg.Logger.Warn("inferring missing ACKs", "err", err)
 		}
 		prev = next
+		m.countStalePending(ctx)
 	})
+}
+
+// countStalePending sets ackmonitor_stale_pending_rows to the number of
+// rows without a final status whose send is older than StalePendingAfter:
+// rows that stay pending (a receiver down or gone, events lost or refused)
+// without anything else telling the operator. On a store error the gauge
+// keeps its value.
+func (m *Monitor) countStalePending(ctx context.Context) {
+	n, err := m.cfg.Store.CountPending(ctx, time.Now().Add(-m.cfg.StalePendingAfter))
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("counting stale pending rows", "err", err)
+		}
+		return
+	}
+	m.reportStalePending(n)
+}
+
+// reportStalePending makes the ackmonitor_stale_pending_rows gauge show n
+// while this instance is active, and nothing otherwise (or for n < 0), as
+// reportAlerts does for alerts: the sum over instances counts the rows once.
+func (m *Monitor) reportStalePending(n int64) {
+	m.metrics.alertsMu.Lock()
+	defer m.metrics.alertsMu.Unlock()
+	if n < 0 || !m.Active() {
+		m.metrics.stalePending.Reset()
+		return
+	}
+	m.metrics.stalePending.WithLabelValues().Set(float64(n))
 }
 
 // reconcileCheck is what one reconcile pass leaves the next.

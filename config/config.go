@@ -212,6 +212,10 @@ type Monitor struct {
 	// negative value leaves the registry alone (the monitor's own store
 	// still records it). Default: 1m.
 	UnavailableFor time.Duration `yaml:"unavailable_for"`
+	// StalePendingAfter is how long after its send a ledger row without a
+	// final status counts in ackmonitor_stale_pending_rows. Default: 0,
+	// meaning the monitor's 2h.
+	StalePendingAfter time.Duration `yaml:"stale_pending_after"`
 	// LogLevel of the monitor binary: debug, info, warn or error.
 	// Default: "info".
 	LogLevel string `yaml:"log_level"`

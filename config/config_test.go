@@ -169,6 +169,7 @@ func TestEnv_EveryOverride(t *testing.T) {
 		{"AGENTMESH_MONITOR_PINNED_TTL", "3s", func(c *config.Config) bool { return c.Monitor.PinnedTTL == 3*time.Second }},
 		{"AGENTMESH_MONITOR_ESCALATE_TERMINATED", "true", func(c *config.Config) bool { return c.Monitor.EscalateTerminated }},
 		{"AGENTMESH_MONITOR_UNAVAILABLE_FOR", "-1s", func(c *config.Config) bool { return c.Monitor.UnavailableFor == -time.Second }},
+		{"AGENTMESH_MONITOR_STALE_PENDING_AFTER", "30m", func(c *config.Config) bool { return c.Monitor.StalePendingAfter == 30*time.Minute }},
 		{"AGENTMESH_MONITOR_LOG_LEVEL", "debug", func(c *config.Config) bool { return c.Monitor.LogLevel == "debug" }},
 		{"AGENTMESH_DEV_DATA_DIR", "/tmp/x", func(c *config.Config) bool { return c.Dev.DataDir == "/tmp/x" }},
 		{"AGENTMESH_DEV_LISTEN", "0.0.0.0:4333", func(c *config.Config) bool { return c.Dev.Listen == "0.0.0.0:4333" }},
@@ -250,6 +251,7 @@ func TestValidate_BadValues(t *testing.T) {
 		{"zero timeout critical", func(c *config.Config) { c.Monitor.Alerts.TimeoutRateCritical = 0 }, "monitor.alerts.timeout_rate_critical", "above 0"},
 		{"negative sampling", func(c *config.Config) { c.Monitor.SampleFrequency = -1 }, "monitor.sample_frequency", "0 to 100"},
 		{"window", func(c *config.Config) { c.Monitor.Window = -time.Second }, "monitor.window", "positive"},
+		{"stale pending", func(c *config.Config) { c.Monitor.StalePendingAfter = -time.Second }, "monitor.stale_pending_after", "negative"},
 		{"dev listen", func(c *config.Config) { c.Dev.Listen = "x" }, "dev.listen", `"x"`},
 	}
 	for _, tt := range tests {

@@ -25,7 +25,7 @@ func (c *Config) AckMonitor(st store.Store, log *slog.Logger) (ackmonitor.Config
 	return ackmonitor.Config{
 		Store: st, Scheme: scheme, MonitorID: m.ID, Logger: log, Replicas: c.Mesh.Replicas,
 		Window: m.Window, PinnedTTL: m.PinnedTTL, DefaultDirector: m.DefaultDirector,
-		EscalateTerminated: m.EscalateTerminated, UnavailableFor: m.UnavailableFor,
+		EscalateTerminated: m.EscalateTerminated, UnavailableFor: m.UnavailableFor, StalePendingAfter: m.StalePendingAfter,
 		Thresholds: ackmonitor.Thresholds{AckWarning: a.AckRateWarning / 100, AckCritical: a.AckRateCritical / 100,
 			TimeoutWarning: a.TimeoutRateWarning / 100, TimeoutCritical: a.TimeoutRateCritical / 100,
 			MinSamples: int64(m.MinSamples)},

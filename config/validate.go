@@ -183,6 +183,9 @@ func (c *Config) Validate() error {
 	if err := subjects.ValidateToken("monitor id", m.ID); err != nil {
 		bad("monitor.id", m.ID, "must be an agent id [A-Za-z0-9_-]{1,64}")
 	}
+	if m.StalePendingAfter < 0 {
+		bad("monitor.stale_pending_after", m.StalePendingAfter, "must not be negative")
+	}
 	if m.PinnedTTL < time.Second {
 		bad("monitor.pinned_ttl", m.PinnedTTL, "must be at least 1s")
 	}

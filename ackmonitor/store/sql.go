@@ -720,7 +720,7 @@ func (s *sqlStore) queryRecords(ctx context.Context, query string, args ...any) 
 }
 
 func (s *sqlStore) Messages(ctx context.Context, q Query) ([]Record, error) {
-	where, args := []string{"1 = 1"}, []any{}
+	where, args, index := []string{"1 = 1"}, []any{}, ""
 	if q.Receiver != "" {
 		where, args = append(where, "receiver_agent = ?"), append(args, q.Receiver)
 	}
@@ -728,6 +728,10 @@ func (s *sqlStore) Messages(ctx context.Context, q Query) ([]Record, error) {
 		where, args = append(where, "ack_status = ?"), append(args, q.Status)
 	}
 	order := "stream_seq DESC, consumer"
+	if q.Pending {
+		// idx_ack_pending's order: no sort of every pending row.
+		where, order, index = append(where, "ack_status IS NULL"), "stream_seq, consumer", s.d.pendingIndex
+	}
 	if q.Escalated {
 		where = append(where, "escalated_at IS NOT NULL")
 		order = "escalated_at DESC, stream_seq DESC"
@@ -740,8 +744,19 @@ func (s *sqlStore) Messages(ctx context.Context, q Query) ([]Record, error) {
 		q.Limit = 100
 	}
 	args = append(args, q.Limit)
-	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments WHERE `+
+	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments`+index+` WHERE `+
 		strings.Join(where, " AND ")+` ORDER BY `+order+` LIMIT ?`, args...)
+}
+
+// CountPending counts from idx_ack_status (ack_status, sent_at), which
+// holds every column it reads.
+func (s *sqlStore) CountPending(ctx context.Context, sentBefore time.Time) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM message_acknowledgments
+		WHERE ack_status IS NULL AND sent_at < ?`), sentBefore.UnixMicro()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count pending: %w", err)
+	}
+	return n, nil
 }
 
 func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {

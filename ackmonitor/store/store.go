@@ -299,8 +299,12 @@ type Point struct {
 
 // Query selects ledger rows for [Store.Messages]; zero fields do not filter.
 type Query struct {
-	Receiver   string
-	Status     string
+	Receiver string
+	Status   string // a final status: StatusACK, StatusNACK or StatusTimeout
+	// Pending selects only rows without a final status (those of refused
+	// events too, unlike [Store.Pending]), oldest first (key order), so the
+	// rows pending longest come before those in flight.
+	Pending    bool
 	Escalated  bool // only rows with an escalation
 	DeadLetter bool // only rows copied to the DLQ
 	Limit      int  // default 100
@@ -348,8 +352,13 @@ type Store interface {
 	Apply(ctx context.Context, b Batch) (Applied, error)
 	// Get returns one ledger row or [ErrNotFound].
 	Get(ctx context.Context, k Key) (Record, error)
-	// Messages returns ledger rows, newest first.
+	// Messages returns ledger rows, newest first (Query.Pending: oldest
+	// first).
 	Messages(ctx context.Context, q Query) ([]Record, error)
+	// CountPending returns the number of rows without a final status whose
+	// message was sent (sent_at) before the given time; rows without a
+	// recorded send are not counted.
+	CountPending(ctx context.Context, sentBefore time.Time) (int64, error)
 	// Rates aggregates per receiver and priority since the given time
 	// (the zero time: everything).
 	Rates(ctx context.Context, since time.Time) ([]Rate, error)

@@ -40,6 +40,7 @@ func Run(t *testing.T, db Database) {
 		{"Alerts", testAlerts},
 		{"TextFromAnyPublisher", testText},
 		{"RefusedEventsAndProbe", testRefused},
+		{"PendingRowsListedAndCounted", testPendingRows},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -704,5 +705,80 @@ func testRefused(t *testing.T, s store.Store) {
 	}
 	if _, err := s.Apply(ctx(t), store.Batch{}); err == nil {
 		t.Fatal("empty batch on a closed store: no error")
+	}
+}
+
+// testPendingRows: Messages with Query.Pending lists the rows without a
+// final status, oldest first, with or without a receiver, those of refused
+// events and rows without a recorded send included; CountPending counts
+// the pending rows whose send is older than a given time, so rows that
+// stay pending can be found and counted.
+func testPendingRows(t *testing.T, s store.Store) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	old := now.Add(-3 * time.Hour)
+	other := send(4, "a", "c", old) // another receiver
+	mustApply(t, s, store.Batch{
+		Sends: []store.Send{send(1, "a", "b", old), send(2, "a", "b", old), send(3, "a", "b", old), other,
+			send(5, "a", "b", now), send(6, "a", "b", now)},
+		// 1 and 6 are acked; 7 is a topic row whose send is not recorded.
+		Events: []store.Event{ev(store.EventAck, 1, "b_normal", 1, now), ev(store.EventAck, 6, "b_normal", 1, now),
+			ev(store.EventNak, 7, "b_normal", 1, now)},
+		Refused: []store.Event{ev(store.EventTerm, 3, "b_normal", 1, now)}, // 3 stays pending for good
+	})
+	keys := func(q store.Query) string {
+		t.Helper()
+		recs, err := s.Messages(ctx(t), q)
+		if err != nil {
+			t.Fatalf("Messages(%+v): %v", q, err)
+		}
+		var out []string
+		for _, r := range recs {
+			if r.Final() {
+				t.Errorf("Messages(%+v) returned row %d/%s with status %s", q, r.StreamSeq, r.Consumer, r.Status)
+			}
+			out = append(out, fmt.Sprintf("%d/%s", r.StreamSeq, r.Consumer))
+		}
+		return fmt.Sprint(out)
+	}
+	for _, c := range []struct {
+		q    store.Query
+		want string
+	}{
+		{store.Query{Pending: true}, "[2/b_normal 3/b_normal 4/c_normal 5/b_normal 7/b_normal]"},
+		{store.Query{Pending: true, Limit: 2}, "[2/b_normal 3/b_normal]"},
+		{store.Query{Pending: true, Receiver: "b"}, "[2/b_normal 3/b_normal 5/b_normal 7/b_normal]"},
+		{store.Query{Pending: true, Receiver: "c"}, "[4/c_normal]"},
+		{store.Query{Pending: true, Receiver: "x"}, "[]"},
+	} {
+		if got := keys(c.q); got != c.want {
+			t.Errorf("Messages(%+v) = %s, want %s", c.q, got, c.want)
+		}
+	}
+	if acked, err := s.Messages(ctx(t), store.Query{Status: store.StatusACK}); err != nil || len(acked) != 2 || acked[0].StreamSeq != 6 {
+		t.Errorf("Messages(ACK) = %+v, %v; want rows 6 and 1, newest first", acked, err)
+	}
+	count := func(sentBefore time.Time) int64 {
+		t.Helper()
+		n, err := s.CountPending(ctx(t), sentBefore)
+		if err != nil {
+			t.Fatalf("CountPending(%v): %v", sentBefore, err)
+		}
+		return n
+	}
+	if n := count(now.Add(-time.Hour)); n != 3 {
+		t.Errorf("CountPending(an hour ago) = %d, want 3 (rows 2, 3 and 4)", n)
+	}
+	if n := count(now.Add(time.Second)); n != 4 {
+		t.Errorf("CountPending(now) = %d, want 4 (rows 2 to 5; row 7 has no send)", n)
+	}
+	if n := count(old); n != 0 {
+		t.Errorf("CountPending(the old sends' time) = %d, want 0", n)
+	}
+	mustApply(t, s, store.Batch{Events: []store.Event{ev(store.EventMax, 2, "b_normal", 3, now)}})
+	if n := count(now.Add(-time.Hour)); n != 2 {
+		t.Errorf("CountPending(an hour ago) = %d after row 2 timed out, want 2", n)
+	}
+	if got, want := keys(store.Query{Pending: true, Limit: 1}), "[3/b_normal]"; got != want {
+		t.Errorf("first pending row after row 2 timed out: %s, want %s", got, want)
 	}
 }
