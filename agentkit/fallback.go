@@ -115,7 +115,7 @@ func withHandoff(md map[string]string, from, reason string) map[string]string {
 // and the stream keeps one forward.
 func (e *Envelope) forward(self, selfType, to, reason string) *Envelope {
 	f := *e
-	f.MessageID = uuid.NewSHA1(uuid.NameSpaceURL, []byte("agentmesh:forward:"+self+":"+e.MessageID)).String()
+	f.MessageID = forwardID(self, e.MessageID)
 	f.SenderID, f.SenderType = self, selfType
 	f.ReceiverID, f.ReceiverType, f.Topic = to, "", ""
 	f.Metadata = withHandoff(e.Metadata, self, reason)
@@ -123,6 +123,11 @@ func (e *Envelope) forward(self, selfType, to, reason string) *Envelope {
 		f.Metadata[MetaOriginSender], f.Metadata[MetaOriginMessageID] = e.SenderID, e.MessageID
 	}
 	return &f
+}
+
+// forwardID is the message id of the forward by self of message id.
+func forwardID(self, id string) string {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("agentmesh:forward:"+self+":"+id)).String()
 }
 
 // reroute forwards d's message to another agent with capability. It

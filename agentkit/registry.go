@@ -118,6 +118,7 @@ type Registry struct {
 	health    map[string]health                    // degraded marks
 	silent    map[string]health                    // unavailable marks
 	watchers  []chan RegistryEvent
+	closed    bool // the watch has ended: Watch channels start closed
 	ready     chan struct{}
 
 	cancel context.CancelFunc
@@ -182,13 +183,19 @@ func (r *Registry) Close() {
 }
 
 func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
-	defer w.Stop()
+	defer func() {
+		// The watcher's callback blocks on a full Updates channel while it
+		// holds the lock the close handler needs: drain until it closes.
+		_ = w.Stop()
+		for range w.Updates() {
+		}
+	}()
 	defer func() {
 		r.mu.Lock()
 		for _, c := range r.watchers {
 			close(c)
 		}
-		r.watchers = nil
+		r.watchers, r.closed = nil, true
 		r.mu.Unlock()
 	}()
 	initial := true
@@ -371,8 +378,12 @@ func (r *Registry) Find(ctx context.Context, q Query) ([]AgentRecord, error) {
 func (r *Registry) Watch(ctx context.Context) <-chan RegistryEvent {
 	c := make(chan RegistryEvent, 64)
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		close(c)
+		return c
+	}
 	r.watchers = append(r.watchers, c)
-	r.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()

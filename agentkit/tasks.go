@@ -22,7 +22,8 @@ import (
 // are those of the newest message by its timestamp (ties: the greater
 // message id), a finished status outranking an unfinished one; the
 // assigned agent is that of the newest task.assign. The history holds
-// every message in timestamp order.
+// every message once, in timestamp order: a redelivery of a message the
+// agent already recorded changes nothing.
 //
 // Reroutes and fallbacks of a message with a task id are recorded in the
 // task's history too. Failures to record are reported to the error
@@ -64,6 +65,11 @@ func (a *Agent) trackTask(env *Envelope) {
 		// recorded before it supersedes it.
 		ev := TaskEvent{Timestamp: env.Timestamp, EventType: strings.TrimPrefix(env.Action, "task."), AgentID: env.SenderID,
 			Details: map[string]any{"message_id": env.MessageID, "receiver": a.id}}
+		if slices.ContainsFunc(t.History, func(o TaskEvent) bool { return sameEvent(o, ev) }) {
+			// A redelivery this agent already recorded (another instance,
+			// a lost ack, a consumer reset): the task is as it left it.
+			return
+		}
 		var result json.RawMessage
 		var report *ErrorReport
 		switch env.Action {
@@ -130,6 +136,13 @@ func supersedes(a, ev TaskEvent) bool {
 		return sa.Terminal()
 	}
 	return later(a, ev)
+}
+
+// sameEvent reports whether a and b record one message acked by one agent.
+func sameEvent(a, b TaskEvent) bool {
+	str := func(e TaskEvent, k string) string { s, _ := e.Details[k].(string); return s }
+	return a.EventType == b.EventType && str(a, "message_id") == str(b, "message_id") &&
+		str(a, "receiver") == str(b, "receiver")
 }
 
 // later reports whether event a comes after b: by timestamp, ties broken

@@ -41,7 +41,9 @@ type WorkflowMessage struct {
 	InReplyTo string      `json:"in_reply_to,omitempty"`
 	Status    string      `json:"status,omitempty"`
 	// Outcome, for requests and notifications: "answered", "acked",
-	// "failed" (an error or NACK came back) or "no_reply".
+	// "failed" (an error or NACK came back) or "no_reply". A message an
+	// agent forwarded ([Reroute]) is answered to the original sender: the
+	// forward has the outcome of the original.
 	Outcome string `json:"outcome,omitempty"`
 }
 
@@ -133,13 +135,31 @@ func (w *Workflow) summarize() {
 			replies[m.InReplyTo] = append(replies[m.InReplyTo], m)
 		}
 	}
+	// The id each message would be forwarded under by its receiver (any
+	// agent of the workflow for a topic or broadcast) → the message's id.
+	forwarded := map[string]string{}
+	for _, m := range w.Messages {
+		by := w.Agents
+		if m.Receiver != "" {
+			by = []string{m.Receiver}
+		}
+		for _, a := range by {
+			forwarded[forwardID(a, m.MessageID)] = m.MessageID
+		}
+	}
 	for i := range w.Messages {
 		m := &w.Messages[i]
 		if m.Type != TypeRequest && m.Type != TypeNotification {
 			continue
 		}
+		// A forward (Reroute) is answered as the message it passes on:
+		// the reply goes to the original sender, in reply to the original.
+		id := m.MessageID
+		for n := 0; forwarded[id] != "" && n < len(w.Messages); n++ {
+			id = forwarded[id]
+		}
 		m.Outcome = "no_reply"
-		for _, r := range replies[m.MessageID] {
+		for _, r := range replies[id] {
 			switch {
 			case r.Type == TypeError || r.Status == StatusNACK || r.Status == StatusFailed || r.Status == StatusRejected:
 				m.Outcome = "failed"

@@ -1,0 +1,117 @@
+package agentkit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// A Watch begun after the registry closed (as on the Registry of an agent
+// that stopped) ends at once instead of never.
+func TestRegistry_WatchAfterCloseIsClosed(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := agentkit.OpenRegistry(ctx(t), js, subjects.Default, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+	select {
+	case ev, ok := <-reg.Watch(context.Background()):
+		if ok {
+			t.Fatalf("event %+v from a closed registry", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch after Close: channel still open")
+	}
+}
+
+// A task message handled again (another instance, a lost ack, a consumer
+// reset) is recorded in the task's history once.
+func TestTaskState_ReplayRecordedOnce(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	noop := func(context.Context, *agentkit.Message) error { return nil }
+	// No dedup window: the replay reaches the handler and is acked again,
+	// as on another instance of the agent.
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{agentkit.ActionTaskUpdate: noop},
+		agentkit.WithRegistration(false), agentkit.WithDedupWindow(0))
+	sender := m.agent("sender", agentkit.WithRegistration(false))
+	if _, err := sender.Send(ctx(t), "recv", agentkit.ActionTaskUpdate, agentkit.TaskUpdate{TaskID: "t1", Status: agentkit.TaskInProgress, Progress: 0.5},
+		agentkit.WithTaskID("t1"), agentkit.WithMessageType(agentkit.TypeNotification)); err != nil {
+		t.Fatal(err)
+	}
+	state, err := recv.State(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "update recorded", func() bool {
+		task, err := state.Task(ctx(t), "t1")
+		return err == nil && len(task.History) == 1
+	})
+	first, err := state.Get(ctx(t), agentkit.EntityTask, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.ResetConsumerToSequence(ctx(t), "MESH", "recv_normal", 1); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the replay's recording: the task's revision moves on.
+	eventually(t, 5*time.Second, "replay recorded", func() bool {
+		e, err := state.Get(ctx(t), agentkit.EntityTask, "t1")
+		return err == nil && e.Revision > first.Revision
+	})
+	task, err := state.Task(ctx(t), "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(task.History) != 1 || task.Status != agentkit.TaskInProgress {
+		t.Fatalf("after the replay: status %s, history %+v", task.Status, task.History)
+	}
+}
+
+// A request rerouted to another agent and answered by it is answered in
+// its workflow: the forward is not left without a reply.
+func TestWorkflowStatus_ReroutedRequestCompletes(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	m.started("generalist", map[string]agentkit.HandlerFunc{"translate": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reroute("translation")
+	}}, agentkit.WithHeartbeat(testHeartbeat))
+	m.started("translator", map[string]agentkit.HandlerFunc{"translate": func(ctx context.Context, msg *agentkit.Message) error {
+		return msg.Reply(ctx, "translated", nil)
+	}}, agentkit.WithCapabilities(agentkit.Capability{Name: "translation", Actions: []string{"translate"}}), agentkit.WithHeartbeat(testHeartbeat))
+	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
+	eventually(t, 5*time.Second, "translator discoverable", func() bool {
+		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "translation", Status: agentkit.StatusReady})
+		return len(got) == 1
+	})
+	if _, err := orch.Request(ctx(t), "generalist", "translate", nil, agentkit.WithCorrelationID("corr_rr")); err != nil {
+		t.Fatal(err)
+	}
+	wf, err := orch.WorkflowStatus(ctx(t), "corr_rr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wf.Messages) != 3 || wf.Outcome != agentkit.WorkflowCompleted {
+		t.Fatalf("outcome %s, messages %+v", wf.Outcome, wf.Messages)
+	}
+	for _, msg := range wf.Messages[:2] { // the request and its forward
+		if msg.Outcome != "answered" {
+			t.Fatalf("%s %s → %s: outcome %q, want answered", msg.Type, msg.Sender, msg.Receiver, msg.Outcome)
+		}
+	}
+}
