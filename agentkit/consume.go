@@ -40,8 +40,8 @@ type delivery struct {
 	// handler ran (see handledSet.begin); 0 if none did.
 	redelivered atomic.Uint64
 	// lastProgress is when d last had InProgress (or was received): set by
-	// whoever hands d on (reader, lane or worker) before the scanner can
-	// see it, then read and written only by the scanner.
+	// the reader before the scanner can see d, then read and written only
+	// by the scanner.
 	lastProgress time.Time
 }
 
@@ -56,8 +56,9 @@ func (d *delivery) attempt() uint64 { return max(d.delivery, d.redelivered.Load(
 // generation, read waits until out holds fewer messages than the handlers'
 // pace calls for and opens the next generation for the difference (see
 // room): out has room for all of it, so every message passes straight
-// into the queue, where the scanner keeps it alive (see waiting). When
-// the server ends an iterator (see reopen), read opens another one.
+// into the queue, where the scanner keeps it alive (see waiting), as it
+// does a reply while read fetches its large envelope. When the server
+// ends an iterator (see reopen), read opens another one.
 func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 	it := src.current()
 	retry := reopenBackOff()
@@ -87,9 +88,17 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 			continue
 		}
 		h := msg.Headers()
-		d := &delivery{msg: msg, priority: p, src: src, task: h.Get(HeaderTaskID)}
-		if h.Get(HeaderInReplyTo) != "" && !a.receive(d) {
-			continue
+		d := &delivery{msg: msg, priority: p, src: src, task: h.Get(HeaderTaskID), lastProgress: time.Now()}
+		if md, err := msg.Metadata(); err == nil {
+			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
+		}
+		if h.Get(HeaderInReplyTo) != "" {
+			src.waiting.add(d) // kept alive while a large reply is fetched
+			ok := a.receive(d)
+			src.waiting.remove(d)
+			if !ok {
+				continue
+			}
 		}
 		if d.task != "" && !a.lanes.enter(d) {
 			continue // queued behind the running message of its task
@@ -151,16 +160,18 @@ func (a *Agent) room(src *source, out chan<- *delivery) (int, bool) {
 
 // work runs handlers for messages from queues, always preferring the
 // earliest queue with a message waiting (queues are in priority order).
-// slot publishes the running handler to the keep-alive scanner.
+// slot publishes the running handler to the keep-alive scanner. A message
+// stays in its source's waiting set, where the scanner keeps it alive,
+// until handle has received it (see handle).
 func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 	for {
 		d, ok := a.next(queues)
 		if !ok {
 			return
 		}
-		d.src.took(d)
+		d.src.took()
 		if a.stopping.Load() {
-			a.brokerErr(d.msg.Nak(), d, "nak") // Stop: queued messages go back unhandled
+			a.giveBack(d) // Stop: queued messages go back unhandled
 			continue
 		}
 		a.handle(d, slot)
@@ -170,12 +181,19 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 				break
 			}
 			if a.stopping.Load() {
-				a.brokerErr(d.msg.Nak(), d, "nak")
+				a.giveBack(d)
 				continue
 			}
 			a.handle(d, slot)
 		}
 	}
+}
+
+// giveBack takes d, which no handler will run, off the waiting set and
+// NAKs it for redelivery.
+func (a *Agent) giveBack(d *delivery) {
+	d.src.waiting.remove(d)
+	a.brokerErr(d.msg.Nak(), d, "nak")
 }
 
 // next returns the highest-priority waiting delivery, blocking until one
@@ -233,9 +251,6 @@ func (a *Agent) receive(d *delivery) bool {
 		return true
 	}
 	msg := d.msg
-	if md, err := msg.Metadata(); err == nil {
-		d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
-	}
 	data := msg.Data()
 	if len(data) > a.opts.maxEnvelope {
 		a.terminateInvalid(d, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", len(data), a.opts.maxEnvelope))
@@ -327,9 +342,14 @@ func (a *Agent) checkRouting(env *Envelope, sub subjects.Subject) string {
 	return ""
 }
 
-// handle checks d, runs its handler and settles the message.
+// handle checks d, runs its handler and settles the message. d comes in
+// the waiting set, so the scanner keeps it alive while receive fetches a
+// large envelope, which can take longer than the ack timeout; from the
+// handler's start, the slot does.
 func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
-	if !a.receive(d) {
+	ok := a.receive(d)
+	d.src.waiting.remove(d)
+	if !ok {
 		return
 	}
 	if a.handled.seen(d.seq) {
@@ -580,7 +600,8 @@ type laneKey struct {
 	task string
 }
 
-// enter reports whether d may run now; if not, d is queued.
+// enter reports whether d may run now; if not, d is queued, and the lane
+// keeps it alive.
 func (l *lanes) enter(d *delivery) bool {
 	k := laneKey{d.priority, d.task}
 	l.mu.Lock()
@@ -590,7 +611,6 @@ func (l *lanes) enter(d *delivery) bool {
 	}
 	q, busy := l.m[k]
 	if busy {
-		d.lastProgress = time.Now()
 		l.m[k] = append(q, d)
 		return false
 	}
@@ -599,7 +619,9 @@ func (l *lanes) enter(d *delivery) bool {
 }
 
 // leave is called when d's handling is over; it returns the task's next
-// message, or nil when the lane is empty (and closes it).
+// message, or nil when the lane is empty (and closes it). The next message
+// moves to its source's waiting set, which keeps it alive until its
+// handler starts (see Agent.handle).
 func (l *lanes) leave(d *delivery) *delivery {
 	k := laneKey{d.priority, d.task}
 	l.mu.Lock()
@@ -612,6 +634,7 @@ func (l *lanes) leave(d *delivery) *delivery {
 	next := q[0]
 	q[0] = nil
 	l.m[k] = q[1:]
+	next.src.waiting.add(next) // before it leaves the lane, so the scanner never misses it
 	return next
 }
 

@@ -28,7 +28,7 @@ type source struct {
 	policy  DeliveryPolicy
 	workers int
 	pace    pace
-	waiting waiting       // handed to the workers' queue, not yet picked up
+	waiting waiting       // received, and no handler started yet
 	taken   chan struct{} // a worker took a message of this source off the queue
 
 	mu      sync.Mutex
@@ -72,10 +72,9 @@ func (s *source) prefetch() int { return prefetchFor(s.policy, s.workers, s.pace
 // which is what the workers finish within half the ack timeout.
 func (s *source) target() int { return s.prefetch() + s.workers }
 
-// took records that a worker picked d off the queue, waking a reader
-// waiting for room.
-func (s *source) took(d *delivery) {
-	s.waiting.remove(d)
+// took records that a worker picked a message off the queue, waking a
+// reader waiting for room.
+func (s *source) took() {
 	select {
 	case s.taken <- struct{}{}:
 	default:
@@ -187,12 +186,16 @@ func prefetchFor(pol DeliveryPolicy, workers int, handling time.Duration) int {
 	return int(min(max(fit, 1), float64(pol.MaxPrefetch)))
 }
 
-// waiting holds the deliveries a reader has taken from its iterator and a
-// worker has not picked up yet: those in the queue and the one the reader
-// holds while the queue is full. The ack clock runs from the moment the
-// server delivers, so behind handlers slower than the ack timeout these
-// would time out and come back as redeliveries, burning attempts, unless
-// the keep-alive scanner sends them InProgress as it does running ones.
+// waiting holds the deliveries a reader has taken from its iterator whose
+// handler has not started yet: those in the queue, the one the reader
+// holds while the queue is full, a reply the reader is receiving, and
+// those a worker is receiving (receive may fetch a large envelope from
+// the object store). The ack clock runs from the moment the server
+// delivers, so behind handlers slower than the ack timeout, or during a
+// slow fetch, these would time out and come back as redeliveries, burning
+// attempts, unless the keep-alive scanner sends them InProgress as it
+// does running ones. Messages queued in a task's lane are not here: the
+// lane keeps them alive.
 type waiting struct {
 	mu sync.Mutex
 	m  map[*delivery]struct{}
@@ -200,7 +203,6 @@ type waiting struct {
 
 func (w *waiting) add(d *delivery) {
 	w.mu.Lock()
-	d.lastProgress = time.Now()
 	w.m[d] = struct{}{}
 	w.mu.Unlock()
 }
