@@ -347,13 +347,16 @@ func (a *Agent) checkRouting(env *Envelope, sub subjects.Subject) string {
 // large envelope, which can take longer than the ack timeout; from the
 // handler's start, the slot does.
 func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
+	if a.handled.seen(d.seq) {
+		// Before receive: a large envelope is not fetched again, and once
+		// acked it is gone from the object store.
+		d.src.waiting.remove(d)
+		a.settleAck(d, OutcomeDuplicate)
+		return
+	}
 	ok := a.receive(d)
 	d.src.waiting.remove(d)
 	if !ok {
-		return
-	}
-	if a.handled.seen(d.seq) {
-		a.settleAck(d, OutcomeDuplicate)
 		return
 	}
 	if !a.handled.begin(d) {

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,38 @@ func TestLargePayload_ClaimCheck(t *testing.T) {
 			_, err := obs.GetInfo(ctx(t), msg.MessageID)
 			return errors.Is(err, jetstream.ErrObjectNotFound)
 		})
+	}
+}
+
+// A redelivery of a large message already handled (a lost ack, a
+// consumer reset) is acked as a duplicate without fetching its envelope,
+// which its first ack removed from the object store.
+func TestLargePayload_RedeliveryIsADuplicate(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var handled atomic.Int64
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"analyze": func(context.Context, *agentkit.Message) error {
+		handled.Add(1)
+		return nil
+	}})
+	sender := m.agent("sender")
+	raw := make([]byte, 2<<20)
+	rand.Read(raw)
+	payload, _ := json.Marshal(map[string]string{"blob": base64.StdEncoding.EncodeToString(raw)})
+	if _, err := sender.Send(ctx(t), "recv", "analyze", json.RawMessage(payload)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "handled and acked", func() bool { return recv.Stats().Outcomes[agentkit.OutcomeAck] == 1 })
+	js, _ := jetstream.New(m.conn())
+	if _, err := js.ResetConsumerToSequence(ctx(t), "MESH", "recv_normal", 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the redelivery settled", func() bool {
+		st := recv.Stats().Outcomes
+		return st[agentkit.OutcomeDuplicate]+st[agentkit.OutcomeInvalid] > 0
+	})
+	if st := recv.Stats().Outcomes; st[agentkit.OutcomeDuplicate] != 1 || st[agentkit.OutcomeInvalid] != 0 || handled.Load() != 1 {
+		t.Fatalf("outcomes %v, handled %d; want the redelivery acked as a duplicate", st, handled.Load())
 	}
 }
 
