@@ -633,11 +633,13 @@ func (a *Agent) announceBestEffort(status AgentStatus) {
 // heartbeatLoop renews the registry record every heartbeat interval (READY,
 // or BUSY when every worker is taken), publishes a core NATS heartbeat on
 // mesh.hb.<agent> for anyone watching liveness without the registry, and
-// refreshes the queue-size and prefetch gauges.
+// refreshes the queue-size and prefetch gauges. It reports, once, a
+// registry whose watch has ended by itself (Registry.Err).
 func (a *Agent) heartbeatLoop() {
 	t := time.NewTicker(a.opts.heartbeat)
 	defer t.Stop()
 	hb, _ := a.opts.scheme.Heartbeat(a.id) // id validated in New
+	reported := false                      // the registry's watch ending, once
 	for {
 		select {
 		case <-a.hbDone:
@@ -649,6 +651,10 @@ func (a *Agent) heartbeatLoop() {
 			}
 			if a.registry == nil {
 				continue
+			}
+			if err := a.registry.Err(); err != nil && !reported {
+				reported = true
+				a.asyncError(fmt.Errorf("agentkit: %s: discovery answers from a cache that no longer changes: %w", a.id, err))
 			}
 			a.announceMu.Lock()
 			status := StatusReady

@@ -118,12 +118,19 @@ type Registry struct {
 	health    map[string]health                    // degraded marks
 	silent    map[string]health                    // unavailable marks
 	watchers  []chan RegistryEvent
-	closed    bool // the watch has ended: Watch channels start closed
-	ready     chan struct{}
+	closed    bool          // the watch has ended: Watch channels start closed
+	err       error         // why the watch ended by itself (nil: still watching, or Close)
+	ready     chan struct{} // closed when the initial load is done
+	ended     chan struct{} // closed when the watch has ended
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+// ErrWatchEnded: the registry's watch of its bucket ended without
+// [Registry.Close] (its connection closed, or the server ended it), so its
+// cache no longer follows the bucket; see [Registry.Err].
+var ErrWatchEnded = errors.New("agentkit: registry watch ended")
 
 // registryTTLFloor is the smallest per-key TTL the server accepts.
 const registryTTLFloor = time.Second
@@ -137,7 +144,8 @@ func keyTTL(d time.Duration) time.Duration {
 
 // OpenRegistry binds to (creating it when create is true) the registry
 // bucket of scheme and starts watching it. It returns once the cache holds
-// the bucket's current contents. Close stops the watch.
+// the bucket's current contents, or with an error matching [ErrWatchEnded]
+// if the watch ends before that. Close stops the watch.
 func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, create bool) (*Registry, error) {
 	bucket := scheme.RegistryBucket()
 	var kv jetstream.KeyValue
@@ -165,11 +173,15 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 		return nil, fmt.Errorf("agentkit: watch registry: %w", err)
 	}
 	r := &Registry{kv: kv, js: js, bucket: bucket, instances: map[string]map[string]instanceRecord{},
-		gone: map[string]AgentStatus{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), cancel: cancel}
+		gone: map[string]AgentStatus{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
 	r.wg.Go(func() { r.watch(wctx, w) })
 	select {
 	case <-r.ready:
 		return r, nil
+	case <-r.ended:
+		err := r.Err()
+		r.Close()
+		return nil, fmt.Errorf("agentkit: registry initial load: %w", err)
 	case <-ctx.Done():
 		r.Close()
 		return nil, fmt.Errorf("agentkit: registry initial load: %w", ctx.Err())
@@ -182,6 +194,17 @@ func (r *Registry) Close() {
 	r.wg.Wait()
 }
 
+// Err returns nil while the registry follows its bucket, and after Close.
+// Once the watch has ended by itself (the connection closed, or the server
+// ended it) it returns an error matching [ErrWatchEnded]: Get and Find go
+// on answering from a cache that no longer changes, and Watch channels are
+// closed.
+func (r *Registry) Err() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.err
+}
+
 func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 	defer func() {
 		// The watcher's callback blocks on a full Updates channel while it
@@ -190,13 +213,15 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 		for range w.Updates() {
 		}
 	}()
+	var ended error // nil when Close ended the watch
 	defer func() {
 		r.mu.Lock()
 		for _, c := range r.watchers {
 			close(c)
 		}
-		r.watchers, r.closed = nil, true
+		r.watchers, r.closed, r.err = nil, true, ended
 		r.mu.Unlock()
+		close(r.ended)
 	}()
 	initial := true
 	for {
@@ -205,6 +230,10 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 			return
 		case e, ok := <-w.Updates():
 			if !ok {
+				ended = ErrWatchEnded
+				if nc := r.js.Conn(); nc != nil && nc.IsClosed() {
+					ended = fmt.Errorf("%w: connection closed", ErrWatchEnded)
+				}
 				return
 			}
 			if e == nil { // initial values done

@@ -82,6 +82,18 @@ func NewState(ctx context.Context, js jetstream.JetStream, scheme subjects.Schem
 	return &State{kv: kv, bucket: bucket}, nil
 }
 
+// bindState binds to the state bucket of scheme as it exists, for an agent
+// without provisioning rights ([WithProvisioning](false)): a missing bucket
+// is an error matching jetstream.ErrBucketNotFound.
+func bindState(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme) (*State, error) {
+	bucket := scheme.StateBucket()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: bucket %s (not created without provisioning): %w", bucket, err)
+	}
+	return &State{kv: kv, bucket: bucket}, nil
+}
+
 // bindOrCreateBucket binds to the bucket cfg names, creating it with cfg when it
 // does not exist.
 func bindOrCreateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {

@@ -36,14 +36,23 @@ type sharedState struct {
 }
 
 // State returns the shared state of the agent's mesh (KV mesh_state),
-// creating the bucket on first use when the agent provisions.
+// creating the bucket on first use when the agent provisions. Without
+// provisioning ([WithProvisioning](false)) it only binds to the bucket an
+// administrator created (e.g. with [NewState]), and fails with an error
+// matching jetstream.ErrBucketNotFound while there is none.
 func (a *Agent) State(ctx context.Context) (*State, error) {
 	a.shared.mu.Lock()
 	defer a.shared.mu.Unlock()
 	if a.shared.state != nil {
 		return a.shared.state, nil
 	}
-	s, err := NewState(ctx, a.js, a.opts.scheme, a.opts.replicas)
+	var s *State
+	var err error
+	if a.opts.provision {
+		s, err = NewState(ctx, a.js, a.opts.scheme, a.opts.replicas)
+	} else {
+		s, err = bindState(ctx, a.js, a.opts.scheme)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -54,25 +54,39 @@ const (
 	WorkflowFailed     = "failed"
 )
 
+// workflowScanIdle is how long the server keeps the consumer of a
+// WorkflowStatus scan that was not deleted (its client went away).
+const workflowScanIdle = 30 * time.Second
+
 // WorkflowStatus reads the messages of correlationID back from the message
 // stream. It scans the stream's headers (not bodies) from since (zero: the
 // beginning), so its cost grows with the stream; it is a diagnostic, not a
 // hot path. An unknown correlation id returns a workflow with no messages.
+// The scan stops with ctx's error when ctx ends, and deletes its temporary
+// consumer when it returns.
 func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, correlationID string, since time.Time) (*Workflow, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: scheme.StreamSubjects(), HeadersOnly: true}
+	cfg := jetstream.ConsumerConfig{FilterSubjects: scheme.StreamSubjects(), HeadersOnly: true, AckPolicy: jetstream.AckNonePolicy,
+		Replicas: 1, MemoryStorage: true, InactiveThreshold: workflowScanIdle}
 	if !since.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := js.OrderedConsumer(ctx, scheme.Stream(), cfg)
+	cons, err := js.CreateConsumer(ctx, scheme.Stream(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
-	}
+	info := cons.CachedInfo()
+	defer func() {
+		// Now rather than at the inactive threshold; briefly when ctx has
+		// ended, the server drops it anyway.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = js.DeleteConsumer(dctx, scheme.Stream(), info.Name)
+	}()
 	w := &Workflow{CorrelationID: correlationID}
 	for pending := info.NumPending; pending > 0; {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
+		}
 		batch, err := cons.FetchNoWait(256)
 		if err != nil {
 			return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)

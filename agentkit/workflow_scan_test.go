@@ -1,0 +1,118 @@
+package agentkit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// scanMesh returns a JetStream on a new server whose message stream holds n
+// messages from alice to bob, every tenth of correlation id "corr_scan".
+func scanMesh(t *testing.T, n int) jetstream.JetStream {
+	t.Helper()
+	m := newMesh(t)
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agentkit.EnsureStream(ctx(t), js, agentkit.StreamConfig(subjects.Default, 1)); err != nil {
+		t.Fatal(err)
+	}
+	subject, err := subjects.Default.Direct("bob", "normal", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		msg := &nats.Msg{Subject: subject, Header: nats.Header{}}
+		msg.Header.Set(agentkit.HeaderMsgID, fmt.Sprintf("msg_%d", i))
+		msg.Header.Set(agentkit.HeaderType, string(agentkit.TypeNotification))
+		if i%10 == 0 {
+			msg.Header.Set(agentkit.HeaderCorrelation, "corr_scan")
+		}
+		if _, err := js.PublishMsgAsync(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publishing the stream's messages")
+	}
+	return js
+}
+
+// consumers returns the consumers of the message stream.
+func consumers(t *testing.T, js jetstream.JetStream) []*jetstream.ConsumerInfo {
+	t.Helper()
+	stream, err := js.Stream(ctx(t), subjects.Default.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.ConsumerInfo
+	infos := stream.ListConsumers(ctx(t))
+	for info := range infos.Info() {
+		out = append(out, info)
+	}
+	if err := infos.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// WorkflowStatus reads every batch of the stream and leaves no consumer
+// behind on it.
+func TestWorkflowStatus_LeavesNoConsumer(t *testing.T) {
+	t.Parallel()
+	js := scanMesh(t, 1000) // four batches
+	wf, err := agentkit.WorkflowStatus(ctx(t), js, subjects.Default, "corr_scan", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wf.Messages) != 100 || wf.Messages[99].MessageID != "msg_990" {
+		t.Fatalf("%d messages", len(wf.Messages))
+	}
+	if left := consumers(t, js); len(left) != 0 {
+		t.Fatalf("WorkflowStatus left %d consumers on the stream, the first %s", len(left), left[0].Name)
+	}
+}
+
+// A scan whose ctx ends midway stops with ctx's error instead of reading
+// the rest of the stream.
+func TestWorkflowStatus_HonoursCancel(t *testing.T) {
+	t.Parallel()
+	js := scanMesh(t, 20000)
+	scanCtx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := agentkit.WorkflowStatus(scanCtx, js, subjects.Default, "corr_scan", time.Time{})
+		done <- err
+	}()
+	// Cancel once the scan has read its first batch.
+	eventually(t, 10*time.Second, "the scan's first batch", func() bool {
+		for _, c := range consumers(t, js) {
+			if c.Delivered.Stream >= 256 {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("WorkflowStatus after cancel: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WorkflowStatus still scanning 10s after cancel")
+	}
+	eventually(t, 5*time.Second, "the scan's consumer deleted", func() bool { return len(consumers(t, js)) == 0 })
+}
