@@ -128,14 +128,14 @@ func TestFastBatches_NoSubscriptionAfterStop(t *testing.T) {
 	}
 }
 
-// streamAgent returns a sender on a fresh stream that takes fast batches
-// or not, and the stream.
-func streamAgent(t *testing.T, fast bool) (*Agent, jetstream.Stream) {
+// streamAgent returns a sender (with opts) on a fresh stream that takes
+// fast batches or not, and the stream.
+func streamAgent(t *testing.T, fast bool, opts ...Option) (*Agent, jetstream.Stream) {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc := natstest.Connect(t, s)
 	scheme, _ := subjects.New("fast")
-	a, err := New(nc, "sender", WithScheme(scheme), WithRegistration(false))
+	a, err := New(nc, "sender", append([]Option{WithScheme(scheme), WithRegistration(false)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,8 @@ import (
 //
 // Only the first attempt goes through the line; a member whose message
 // the batch did not store retries on its own (Agent.publish), under the
-// same message id. A fast batch stores nothing for a duplicate message id
+// same message id. A member whose ctx ends returns at once, in line or in
+// a batch; only the leader sees its batch through, for its members. A fast batch stores nothing for a duplicate message id
 // without saying so: Stats.PublishDuplicates does not count those.
 
 // sendSlots is how many of an agent's publishes may be in flight before
@@ -45,6 +46,9 @@ type sendLine struct {
 type lineEntry struct {
 	msg  outMsg
 	done chan error // buffered: the publish's outcome, or errLead
+	// leads is set, under the line's lock, when the entry leaves the line
+	// to lead it (passSlot) rather than as a member of a batch (lead).
+	leads bool
 }
 
 // publishFirst makes the first attempt to publish msg: on its own if a
@@ -71,11 +75,15 @@ func (a *Agent) publishFirst(ctx context.Context, msg outMsg) error {
 		if i >= 0 {
 			l.queue = slices.Delete(l.queue, i, i+1)
 		}
+		leads := e.leads
 		l.mu.Unlock()
-		if i >= 0 {
-			return ctx.Err() // never published
+		if i >= 0 || !leads {
+			// Never published; or taken into a batch, which goes on
+			// without its caller: the message may be stored or not, as
+			// when a lone publish's ctx ends before its ack.
+			return ctx.Err()
 		}
-		err = <-e.done // taken into a batch, or given the slot: see it through
+		err = <-e.done // given the slot: lead the line, whose members wait
 	}
 	if err == errLead {
 		err = a.lead(e)
@@ -95,6 +103,7 @@ func (a *Agent) passSlot() {
 	}
 	next := l.queue[0]
 	l.queue = slices.Delete(l.queue, 0, 1)
+	next.leads = true
 	l.mu.Unlock()
 	next.done <- errLead
 }

@@ -14,9 +14,9 @@ import (
 // lineAgent returns a sender and its stream (see streamAgent), with every
 // send slot taken, so each Send joins the line until the test frees a
 // slot.
-func lineAgent(t *testing.T, fast bool) (*Agent, jetstream.Stream) {
+func lineAgent(t *testing.T, fast bool, opts ...Option) (*Agent, jetstream.Stream) {
 	t.Helper()
-	a, stream := streamAgent(t, fast)
+	a, stream := streamAgent(t, fast, opts...)
 	a.line.busy = sendSlots
 	return a, stream
 }
@@ -116,4 +116,41 @@ func TestSendLine_CancelledInLine(t *testing.T) {
 	if info.State.Msgs != 3 {
 		t.Errorf("stream holds %d messages, want the 3 not cancelled", info.State.Msgs)
 	}
+}
+
+// A Send taken into a batch returns when its ctx ends, not when the batch
+// does: here the stream never acks a single publish (NoAck; it takes no
+// fast batches, which it would ack), so the batch's leader waits out the
+// attempt timeout while its member's short ctx has long ended.
+func TestSendLine_MemberHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	// Attempts of 1s; the leader's publish ends within the 4s.
+	a, stream := lineAgent(t, false, WithPublishTimeout(4*time.Second))
+	cfg := stream.CachedInfo().Config
+	cfg.NoAck = true
+	js, _ := jetstream.New(a.nc)
+	if err := js.DeleteStream(context.Background(), cfg.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	leader := sendAll(a, context.Background(), 1)
+	inLine(t, a, 1)
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	member := sendAll(a, short, 1)
+	inLine(t, a, 2)
+	leaderDone := make(chan []error, 1)
+	go func() { leaderDone <- leader() }()
+	a.passSlot()
+	if err := member()[0]; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("member: %v, want its ctx's deadline", err)
+	}
+	select {
+	case errs := <-leaderDone:
+		t.Fatalf("the leader's batch ended (%v) before its member returned: the member waited for it", errs)
+	default:
+	}
+	<-leaderDone // the publish timeout
 }
