@@ -24,8 +24,9 @@ import (
 // Only the first attempt goes through the line; a member whose message
 // the batch did not store retries on its own (Agent.publish), under the
 // same message id. A member whose ctx ends returns at once, in line or in
-// a batch; only the leader sees its batch through, for its members. A fast batch stores nothing for a duplicate message id
-// without saying so: Stats.PublishDuplicates does not count those.
+// a batch; only the leader sees its batch through, for its members. A
+// fast batch stores nothing for a duplicate message id without saying
+// so: Stats.PublishDuplicates does not count those.
 
 // sendSlots is how many of an agent's publishes may be in flight before
 // the next Send joins the line.
