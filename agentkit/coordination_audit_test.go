@@ -82,36 +82,3 @@ func TestTaskState_ReplayRecordedOnce(t *testing.T) {
 		t.Fatalf("after the replay: status %s, history %+v", task.Status, task.History)
 	}
 }
-
-// A request rerouted to another agent and answered by it is answered in
-// its workflow: the forward is not left without a reply.
-func TestWorkflowStatus_ReroutedRequestCompletes(t *testing.T) {
-	t.Parallel()
-	m := newMesh(t)
-	m.started("generalist", map[string]agentkit.HandlerFunc{"translate": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reroute("translation")
-	}}, agentkit.WithHeartbeat(testHeartbeat))
-	m.started("translator", map[string]agentkit.HandlerFunc{"translate": func(ctx context.Context, msg *agentkit.Message) error {
-		return msg.Reply(ctx, "translated", nil)
-	}}, agentkit.WithCapabilities(agentkit.Capability{Name: "translation", Actions: []string{"translate"}}), agentkit.WithHeartbeat(testHeartbeat))
-	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
-	eventually(t, 5*time.Second, "translator discoverable", func() bool {
-		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "translation", Status: agentkit.StatusReady})
-		return len(got) == 1
-	})
-	if _, err := orch.Request(ctx(t), "generalist", "translate", nil, agentkit.WithCorrelationID("corr_rr")); err != nil {
-		t.Fatal(err)
-	}
-	wf, err := orch.WorkflowStatus(ctx(t), "corr_rr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(wf.Messages) != 3 || wf.Outcome != agentkit.WorkflowCompleted {
-		t.Fatalf("outcome %s, messages %+v", wf.Outcome, wf.Messages)
-	}
-	for _, msg := range wf.Messages[:2] { // the request and its forward
-		if msg.Outcome != "answered" {
-			t.Fatalf("%s %s → %s: outcome %q, want answered", msg.Type, msg.Sender, msg.Receiver, msg.Outcome)
-		}
-	}
-}

@@ -411,7 +411,8 @@ func TestBreaker_ThreeTimeoutsMarkUnavailable(t *testing.T) {
 }
 
 // A handler that cannot do the work reroutes it; the agent with the
-// capability completes it and the original requester gets the answer.
+// capability completes it, the original requester gets the answer, and
+// WorkflowStatus reads the conversation as completed.
 func TestReroute_HandedOffTaskCompletes(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
@@ -435,6 +436,20 @@ func TestReroute_HandedOffTaskCompletes(t *testing.T) {
 	}
 	if reply.SenderID != "translator" || reply.Correlation != "corr_tr" || reply.TaskID != "t_tr" || string(reply.Payload) != `{"text":"bonjour"}` {
 		t.Fatalf("reply = %+v", reply)
+	}
+	// In the workflow the request and its forward are both answered (the
+	// reply names the original), so the conversation is completed.
+	wf, err := orch.WorkflowStatus(ctx(t), "corr_tr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wf.Messages) != 3 || wf.Outcome != agentkit.WorkflowCompleted {
+		t.Fatalf("outcome %s, messages %+v", wf.Outcome, wf.Messages)
+	}
+	for _, msg := range wf.Messages[:2] { // the request and its forward
+		if msg.Outcome != "answered" {
+			t.Fatalf("%s %s → %s: outcome %q, want answered", msg.Type, msg.Sender, msg.Receiver, msg.Outcome)
+		}
 	}
 	// Nobody has the capability: the requester hears CAPABILITY_MISSING.
 	m.started("lonely", map[string]agentkit.HandlerFunc{"sing": func(context.Context, *agentkit.Message) error {
