@@ -118,10 +118,9 @@ type Registry struct {
 	health    map[string]health                    // degraded marks
 	silent    map[string]health                    // unavailable marks
 	watchers  []chan RegistryEvent
-	closed    bool          // the watch has ended: Watch channels start closed
 	err       error         // why the watch ended by itself (nil: still watching, or Close)
 	ready     chan struct{} // closed when the initial load is done
-	ended     chan struct{} // closed when the watch has ended
+	ended     chan struct{} // closed, under mu, when the watch has ended: Watch channels start closed
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -194,6 +193,16 @@ func (r *Registry) Close() {
 	r.wg.Wait()
 }
 
+// watchEnded reports whether the watch has ended; call it with r.mu held.
+func (r *Registry) watchEnded() bool {
+	select {
+	case <-r.ended:
+		return true
+	default:
+		return false
+	}
+}
+
 // Err returns nil while the registry follows its bucket, and after Close.
 // Once the watch has ended by itself (the connection closed, or the server
 // ended it) it returns an error matching [ErrWatchEnded]: Get and Find go
@@ -219,9 +228,9 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 		for _, c := range r.watchers {
 			close(c)
 		}
-		r.watchers, r.closed, r.err = nil, true, ended
-		r.mu.Unlock()
+		r.watchers, r.err = nil, ended
 		close(r.ended)
+		r.mu.Unlock()
 	}()
 	initial := true
 	for {
@@ -408,7 +417,7 @@ func (r *Registry) Watch(ctx context.Context) <-chan RegistryEvent {
 	c := make(chan RegistryEvent, 64)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if r.watchEnded() {
 		close(c)
 		return c
 	}
