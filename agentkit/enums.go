@@ -1,7 +1,6 @@
 package agentkit
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -31,7 +30,7 @@ func ParsePriority(s string) (Priority, error) {
 	case "medium":
 		return PriorityNormal, nil
 	}
-	return "", invalid("priority", fmt.Sprintf("unknown priority %q (want critical, high, normal, low or batch)", s))
+	return "", invalid("priority", "unknown priority "+quote(s)+" (want critical, high, normal, low or batch)")
 }
 
 // Valid reports whether p is one of [Priorities].
@@ -51,7 +50,7 @@ func (p Priority) String() string { return string(p) }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (p Priority) MarshalText() ([]byte, error) {
 	if !p.Valid() {
-		return nil, invalid("priority", fmt.Sprintf("unknown priority %q", string(p)))
+		return nil, invalid("priority", "unknown priority "+quote(string(p)))
 	}
 	return []byte(p), nil
 }
@@ -86,7 +85,7 @@ func (t MessageType) Valid() bool { return slices.Contains(messageTypes, t) }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (t MessageType) MarshalText() ([]byte, error) {
 	if !t.Valid() {
-		return nil, invalid("message_type", fmt.Sprintf("unknown type %q", string(t)))
+		return nil, invalid("message_type", "unknown type "+quote(string(t)))
 	}
 	return []byte(t), nil
 }
@@ -95,7 +94,7 @@ func (t MessageType) MarshalText() ([]byte, error) {
 func (t *MessageType) UnmarshalText(b []byte) error {
 	v := MessageType(b)
 	if !v.Valid() {
-		return invalid("message_type", fmt.Sprintf("unknown type %q (want request, response, notification, error or ack)", string(b)))
+		return invalid("message_type", "unknown type "+quote(string(b))+" (want request, response, notification, error or ack)")
 	}
 	*t = v
 	return nil
@@ -146,7 +145,7 @@ func (c ErrorCode) Retryable() bool { return retryable[c] }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (c ErrorCode) MarshalText() ([]byte, error) {
 	if !c.Valid() {
-		return nil, invalid("error.code", fmt.Sprintf("unknown code %q", string(c)))
+		return nil, invalid("error.code", "unknown code "+quote(string(c)))
 	}
 	return []byte(c), nil
 }
@@ -155,7 +154,7 @@ func (c ErrorCode) MarshalText() ([]byte, error) {
 func (c *ErrorCode) UnmarshalText(b []byte) error {
 	v := ErrorCode(b)
 	if !v.Valid() {
-		return invalid("error.code", fmt.Sprintf("unknown code %q", string(b)))
+		return invalid("error.code", "unknown code "+quote(string(b)))
 	}
 	*c = v
 	return nil

@@ -26,8 +26,10 @@ const Version = "1"
 // travel through the object store; this limit bounds those too.
 const DefaultMaxEnvelopeBytes = 16 << 20
 
-// maxIDLen bounds message, correlation, workflow, task and session ids, in
-// characters (as JSON Schema's maxLength counts).
+// maxIDLen bounds message, correlation, workflow, task and session ids, and
+// the action, status and agent types, in characters (as JSON Schema's
+// maxLength counts). With control characters excluded, any of them can
+// travel in a header and be quoted in a reason.
 const maxIDLen = 256
 
 // MaxTTLMillis is the largest ttl_ms accepted: about 292 years, the most a
@@ -111,15 +113,16 @@ func (e *Envelope) Expired(now time.Time) bool {
 func (e *Envelope) Validate() error {
 	switch {
 	case e.ACL != Version:
-		return invalid("acl", fmt.Sprintf("unsupported version %q (want %q)", e.ACL, Version))
-	case e.MessageID == "":
-		return invalid("message_id", "required")
-	case utf8.RuneCountInString(e.MessageID) > maxIDLen || strings.ContainsAny(e.MessageID, " \t\r\n"):
-		return invalid("message_id", "must be at most 256 characters without whitespace")
+		return invalid("acl", fmt.Sprintf("unsupported version %s (want %q)", quote(e.ACL), Version))
+	}
+	if err := e.validateMessageID(); err != nil {
+		return err
+	}
+	switch {
 	case !e.MessageType.Valid():
-		return invalid("message_type", fmt.Sprintf("unknown type %q", e.MessageType))
+		return invalid("message_type", "unknown type "+quote(string(e.MessageType)))
 	case !e.Priority.Valid():
-		return invalid("priority", fmt.Sprintf("unknown priority %q", e.Priority))
+		return invalid("priority", "unknown priority "+quote(string(e.Priority)))
 	case e.Timestamp.IsZero():
 		return invalid("timestamp", "required")
 	case e.TTLMillis < 0:
@@ -140,6 +143,13 @@ func (e *Envelope) Validate() error {
 			return invalid("topic", err.Error())
 		}
 	}
+	for _, f := range [...]struct{ name, v string }{{"action", e.Action}, {"status", e.Status},
+		{"sender_type", e.SenderType}, {"receiver_type", e.ReceiverType}, {"correlation_id", e.Correlation},
+		{"workflow_id", e.WorkflowID}, {"task_id", e.TaskID}, {"session_id", e.SessionID}, {"in_reply_to", e.InReplyTo}} {
+		if err := checkShort(f.name, f.v); err != nil {
+			return err
+		}
+	}
 	switch e.MessageType {
 	case TypeRequest, TypeNotification:
 		if e.Action == "" {
@@ -155,13 +165,31 @@ func (e *Envelope) Validate() error {
 		}
 	}
 	if e.Error != nil && !e.Error.Code.Valid() {
-		return invalid("error.code", fmt.Sprintf("unknown code %q", e.Error.Code))
+		return invalid("error.code", "unknown code "+quote(string(e.Error.Code)))
 	}
-	for _, f := range [...]struct{ name, v string }{{"correlation_id", e.Correlation}, {"workflow_id", e.WorkflowID},
-		{"task_id", e.TaskID}, {"session_id", e.SessionID}, {"in_reply_to", e.InReplyTo}} {
-		if utf8.RuneCountInString(f.v) > maxIDLen {
-			return invalid(f.name, "longer than 256 characters")
-		}
+	return nil
+}
+
+// validateMessageID checks message_id, which is also the Nats-Msg-Id
+// header and the name of a large envelope's object.
+func (e *Envelope) validateMessageID() error {
+	switch {
+	case e.MessageID == "":
+		return invalid("message_id", "required")
+	case utf8.RuneCountInString(e.MessageID) > maxIDLen || strings.ContainsAny(e.MessageID, " \t\r\n") || hasControl(e.MessageID):
+		return invalid("message_id", "must be at most 256 characters without whitespace or control characters")
+	}
+	return nil
+}
+
+// checkShort checks a short text field (an id, the action, a status or an
+// agent type): at most maxIDLen characters, no control characters.
+func checkShort(field, v string) error {
+	if utf8.RuneCountInString(v) > maxIDLen {
+		return invalid(field, "longer than 256 characters")
+	}
+	if hasControl(v) {
+		return invalid(field, "contains a control character")
 	}
 	return nil
 }

@@ -84,6 +84,21 @@ func (e *Envelope) stub() *Envelope {
 	return &s
 }
 
+// checkRef returns why ref, a message's HeaderEnvelopeRef, cannot name its
+// large envelope, or "". The sender names the object after the message's
+// message_id, so a ref is exactly the Nats-Msg-Id header; anything else (a
+// ref long enough to make the object's subject exceed the server's control
+// line would have the server close the connection) is refused unread.
+func checkRef(ref, msgID string) string {
+	if ref != msgID {
+		return fmt.Sprintf("%s %s is not the message's %s %s", HeaderEnvelopeRef, quote(ref), HeaderMsgID, quote(msgID))
+	}
+	if err := (&Envelope{MessageID: ref}).validateMessageID(); err != nil {
+		return HeaderEnvelopeRef + ": " + err.Error()
+	}
+	return ""
+}
+
 // claim replaces a stub envelope by the full one from the object store.
 // It returns a reason to terminate the message, or a retryable error.
 func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) {
@@ -95,7 +110,7 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) 
 	}
 	info, err := store.GetInfo(ctx, ref)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Sprintf("large envelope %q is no longer in the payload store", ref), nil
+		return nil, fmt.Sprintf("large envelope %s is no longer in the payload store", quote(ref)), nil
 	}
 	if err != nil {
 		return nil, "", err
@@ -112,7 +127,7 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) 
 		return nil, err.Error(), nil
 	}
 	if id := msg.Headers().Get(HeaderMsgID); env.MessageID != id {
-		return nil, fmt.Sprintf("large envelope %q has message_id %q, the message says %q", ref, env.MessageID, id), nil
+		return nil, fmt.Sprintf("large envelope %s has message_id %s, the message says %s", quote(ref), quote(env.MessageID), quote(id)), nil
 	}
 	return env, "", nil
 }
