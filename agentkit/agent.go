@@ -53,6 +53,14 @@ type Agent struct {
 	scanDone chan struct{}
 	closed   chan struct{}
 
+	// The connection watch (see watchConn): lost is why the agent stopped
+	// on its own; failing is, per priority in queueOrder, the error of a
+	// reader the server currently turns away.
+	watcher   sync.WaitGroup
+	watchDone chan struct{}
+	lost      atomic.Pointer[error]
+	failing   [5]atomic.Pointer[error]
+
 	lanes lanes // per-task ordering
 
 	instance  string       // this instance's registry key suffix
@@ -69,6 +77,7 @@ type Agent struct {
 	objects    payloadStore // large envelopes
 	shared     sharedState  // task state
 	handled    handledSet   // recently finished stream sequences
+	invalidLog *sampledLog  // invalid input, logged by sample
 
 	metrics    *metrics // nil without WithMetrics
 	tracer     trace.Tracer
@@ -117,15 +126,16 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		return nil, fmt.Errorf("agentkit: jetstream: %w", err)
 	}
 	a := &Agent{
-		instance: nuid.Next(),
-		id:       id,
-		nc:       nc,
-		js:       js,
-		opts:     o,
-		handlers: map[string]Handler{},
-		topics:   slices.Clone(o.topics),
-		closed:   make(chan struct{}),
-		waiters:  map[string]*waiter{},
+		instance:   nuid.Next(),
+		id:         id,
+		nc:         nc,
+		js:         js,
+		opts:       o,
+		handlers:   map[string]Handler{},
+		topics:     slices.Clone(o.topics),
+		closed:     make(chan struct{}),
+		waiters:    map[string]*waiter{},
+		invalidLog: newSampledLog(),
 	}
 	a.breakers.settings, a.breakers.onChange = o.breaker, a.breakerChanged
 	a.handled.init(o.dedupWindow)
@@ -156,6 +166,9 @@ func (a *Agent) Handle(action string, h Handler) error {
 	if action == "" || h == nil {
 		return fmt.Errorf("%w: Handle needs an action and a handler", ErrInvalidOption)
 	}
+	if err := checkShort("action", action); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.state != stateNew {
@@ -167,6 +180,9 @@ func (a *Agent) Handle(action string, h Handler) error {
 
 // HandleFunc registers f for action; see [Agent.Handle].
 func (a *Agent) HandleFunc(action string, f func(ctx context.Context, m *Message) error) error {
+	if f == nil {
+		return fmt.Errorf("%w: HandleFunc(%s) needs a function", ErrInvalidOption, quote(action))
+	}
 	return a.Handle(action, HandlerFunc(f))
 }
 
@@ -190,6 +206,9 @@ func (a *Agent) start(ctx context.Context) error {
 	defer a.mu.Unlock()
 	if a.state != stateNew {
 		return fmt.Errorf("%w: Start called twice", ErrAlreadyStarted)
+	}
+	if a.nc.IsClosed() {
+		return fmt.Errorf("agentkit: start %s: %w", a.id, ErrConnClosed)
 	}
 	if a.opts.provision {
 		if err := EnsureStream(ctx, a.js, StreamConfig(a.opts.scheme, a.opts.replicas)); err != nil {
@@ -266,6 +285,9 @@ func (a *Agent) start(ctx context.Context) error {
 		a.hbDone = make(chan struct{})
 		a.heartbeat.Go(a.heartbeatLoop)
 	}
+	a.watchDone = make(chan struct{})
+	status := a.nc.StatusChanged(nats.CLOSED)
+	a.watcher.Go(func() { a.watchConn(status) })
 	a.state = stateStarted
 	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics)
 	return nil
@@ -418,16 +440,17 @@ func (a *Agent) Topics() []string {
 // client's buffer are left to the broker's redelivery. It waits
 // for every goroutine the agent started, releases the publisher's reply
 // subscription (call Stop on agents that only sent, too) and is idempotent.
-func (a *Agent) Stop() {
-	a.shutdown(func() {
-		a.stopping.Store(true)
-		for _, s := range *a.sources.Load() {
-			s.stop(false)
-		}
-		a.awaitUnsubscribed()
-		close(a.quit)
-		a.cancel()
-	})
+func (a *Agent) Stop() { a.shutdown(a.stopNow) }
+
+// stopNow is Stop's part of shutdown.
+func (a *Agent) stopNow() {
+	a.stopping.Store(true)
+	for _, s := range *a.sources.Load() {
+		s.stop(false)
+	}
+	a.awaitUnsubscribed()
+	close(a.quit)
+	a.cancel()
 }
 
 // awaitUnsubscribed waits (up to the attempt timeout) until nats.go has
@@ -484,16 +507,68 @@ func (a *Agent) Drain(ctx context.Context) error {
 	return err
 }
 
+// ErrConnClosed: the agent's connection is closed, by its owner or by the
+// server (which closes a connection for a protocol violation or when its
+// credentials expire); nats.go never reopens a closed connection. An agent
+// whose connection closes stops, and [Agent.Err] returns this error.
+var ErrConnClosed = errors.New("agentkit: connection closed")
+
+// watchConn stops the agent when its connection closes. While the
+// connection is only reconnecting, nats.go resumes the agent's pulls and
+// publishes and the agent carries on; a closed connection never comes
+// back, so the agent stops, fires Closed and reports why through the error
+// handler and Err. Getting going again is the owner's call: a new
+// connection and a new Agent (agentkit never dials).
+func (a *Agent) watchConn(status chan nats.Status) {
+	defer a.nc.RemoveStatusListener(status)
+	select {
+	case <-status:
+	case <-a.watchDone:
+		return
+	}
+	err := fmt.Errorf("agentkit: agent %s stopped: %w", a.id, ErrConnClosed)
+	if last := a.nc.LastError(); last != nil {
+		err = fmt.Errorf("agentkit: agent %s stopped: %w: %w", a.id, ErrConnClosed, last)
+	}
+	a.lost.Store(&err)
+	a.asyncError(err)
+	a.opts.logger.Error("connection closed: agent stopped", "agent", a.id, "err", err)
+	a.shutdownFrom(true, a.stopNow)
+}
+
+// Err reports what keeps the agent from consuming: once its connection has
+// closed, an error matching [ErrConnClosed] (the agent has stopped); while
+// the server turns away a priority's reader (its consumer deleted, pulls
+// refused), that reader's latest error, until it reads again. It is nil
+// while the agent consumes normally, and after Stop or Drain.
+func (a *Agent) Err() error {
+	if err := a.lost.Load(); err != nil {
+		return *err
+	}
+	for i := range a.failing {
+		if err := a.failing[i].Load(); err != nil {
+			return *err
+		}
+	}
+	return nil
+}
+
 // shutdown runs begin once on a started agent, then waits for readers and
 // workers and marks the agent closed. Later and concurrent calls wait
 // until it is. It does not hold a.mu while it waits: running handlers may
 // need it (Request, Reroute, Registry).
-func (a *Agent) shutdown(begin func()) {
+func (a *Agent) shutdown(begin func()) { a.shutdownFrom(false, begin) }
+
+// shutdownFrom is shutdown; watcher says the connection watch calls it, which
+// returns at once if a shutdown is under way (that one waits for the watch).
+func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	a.mu.Lock()
 	switch a.state {
 	case stateStopping, stateStopped:
 		a.mu.Unlock()
-		<-a.closed
+		if !watcher {
+			<-a.closed
+		}
 		return
 	case stateNew:
 		a.state = stateStopped
@@ -505,6 +580,9 @@ func (a *Agent) shutdown(begin func()) {
 	}
 	a.state = stateStopping
 	a.mu.Unlock()
+	if !watcher {
+		close(a.watchDone)
+	}
 	if a.registry != nil {
 		a.announceMu.Lock()
 		a.announceBestEffort(StatusStopping)
@@ -550,6 +628,9 @@ func (a *Agent) shutdown(begin func()) {
 	a.fast.close()
 	if a.metrics != nil {
 		a.metrics.forget(a.id)
+	}
+	if !watcher {
+		a.watcher.Wait()
 	}
 	close(a.closed)
 	a.opts.logger.Info("agent stopped", "agent", a.id)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,8 @@ func (d *delivery) attempt() uint64 { return max(d.delivery, d.redelivered.Load(
 func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 	it := src.current()
 	retry := reopenBackOff()
-	failed := false // the last Next failed
+	failing := &a.failing[slices.Index(queueOrder, p)] // what Err reports while the server turns the reader away
+	failed := false                                    // the last Next failed
 	for {
 		msg, err := it.Next()
 		switch {
@@ -71,8 +73,11 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 				failed = false
 				retry.Reset()
 			}
+			if failing.Load() != nil { // also after a failed reopen
+				failing.Store(nil)
+			}
 		case errors.Is(err, jetstream.ErrConnectionClosed):
-			return
+			return // the connection watch stops the agent
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			n, ok := a.room(src, out)
 			if !ok {
@@ -83,7 +88,9 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 			}
 			continue
 		default:
-			a.asyncError(fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err))
+			err = fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err)
+			failing.Store(&err)
+			a.asyncError(err)
 			failed = true
 			continue
 		}
@@ -134,7 +141,9 @@ func (a *Agent) reopen(p Priority, src *source, n int, failed bool, retry backof
 		if err == nil {
 			return it
 		}
-		a.asyncError(fmt.Errorf("agentkit: consume %s for %s: %w", p, a.id, err))
+		err = fmt.Errorf("agentkit: consume %s for %s: %w", p, a.id, err)
+		a.failing[slices.Index(queueOrder, p)].Store(&err)
+		a.asyncError(err)
 		if a.nc.IsClosed() || a.nc.IsDraining() {
 			return nil // nats.go never reopens a connection
 		}
@@ -259,6 +268,11 @@ func (a *Agent) receive(d *delivery) bool {
 	var env *Envelope
 	var err error
 	if ref := msg.Headers().Get(HeaderEnvelopeRef); ref != "" {
+		// The ref names an object, so a subject: checked before any request is built from it.
+		if reason := checkRef(ref, msg.Headers().Get(HeaderMsgID)); reason != "" {
+			a.terminateInvalid(d, reason)
+			return false
+		}
 		var reason string
 		env, reason, err = a.claim(ref, msg)
 		if err != nil { // the store is unreachable: try again later
@@ -285,7 +299,7 @@ func (a *Agent) receive(d *delivery) bool {
 		return false
 	}
 	if d.task != "" && env.TaskID != d.task {
-		a.terminateInvalid(d, fmt.Sprintf("task_id %q does not match the %s header %q", env.TaskID, HeaderTaskID, d.task))
+		a.terminateInvalid(d, fmt.Sprintf("task_id %q does not match the %s header %s", env.TaskID, HeaderTaskID, quote(d.task)))
 		return false
 	}
 	d.env, d.subject = env, sub
@@ -520,7 +534,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			a.reply(d, a.failureReply(env, e, elapsed))
 		}
 		a.handled.add(d.seq)
-		a.brokerErr(d.msg.TermWithReason(string(e.Code)+": "+e.Message), d, "term")
+		a.brokerErr(d.msg.TermWithReason(clip(string(e.Code)+": "+e.Message, maxReasonBytes)), d, "term")
 		a.stats.add(OutcomeTerm)
 	}
 }
@@ -545,13 +559,20 @@ func (a *Agent) failureReply(env *Envelope, e *Error, elapsed time.Duration) *En
 }
 
 // terminateInvalid terminates a message that is not a valid envelope for
-// this agent. It never reaches a handler.
+// this agent. It never reaches a handler. The reason, which may quote what
+// the sender wrote, is bounded, and so is the log volume a sender can
+// cause (see invalidLog).
 func (a *Agent) terminateInvalid(d *delivery, reason string) {
-	a.opts.logger.Warn("invalid message terminated", "agent", a.id, "subject", d.msg.Subject(), "reason", reason)
-	a.brokerErr(d.msg.TermWithReason("INVALID: "+reason), d, "term")
+	reason = clip(reason, maxReasonBytes-len(invalidPrefix))
+	a.invalidLog.record(a.opts.logger, "invalid message terminated", "agent", a.id, "subject", clip(d.msg.Subject(), 2*maxQuotedBytes), "reason", reason)
+	a.brokerErr(d.msg.TermWithReason(invalidPrefix+reason), d, "term")
 	a.stats.add(OutcomeInvalid)
 	a.countError("invalid")
 }
+
+// invalidPrefix starts the TERM reason of every message terminated as not
+// a valid envelope; the ack monitor attributes those to their sender.
+const invalidPrefix = "INVALID: "
 
 func (a *Agent) settleAck(d *delivery, o Outcome) {
 	a.brokerErr(d.msg.Ack(), d, "ack")

@@ -137,6 +137,9 @@ func TestReader_ResumesWhenItsConsumerIsRecreated(t *testing.T) {
 			// Still pulling, and visibly so: nothing answers. (A pull
 			// request pending at the deletion also reports the deletion.)
 			eventually(t, 10*time.Second, "the missing consumer reported", func() bool { return r.errs.count(jetstream.ErrNoHeartbeat) > 0 })
+			if err := r.recv.Err(); err == nil {
+				t.Error("Err() = nil while the reader's consumer is missing")
+			}
 
 			if _, err := r.js.CreateOrUpdateConsumer(ctx(t), subjects.Default.Stream(), r.cfg); err != nil {
 				t.Fatal(err)
@@ -144,6 +147,9 @@ func TestReader_ResumesWhenItsConsumerIsRecreated(t *testing.T) {
 			// The new consumer delivers the first message again: the
 			// agent remembers handling it.
 			eachHandledOnce(t, r.rec, 4)
+			if err := r.recv.Err(); err != nil {
+				t.Errorf("Err() = %v once the reader reads again", err)
+			}
 		})
 	}
 }
