@@ -478,33 +478,51 @@ func (a *Agent) awaitUnsubscribed() {
 }
 
 // Drain stops fetching, finishes the messages already received, then
-// stops. If ctx ends first, Drain falls back to [Agent.Stop] and returns
-// ctx's error. Handlers still running may send, but [Agent.Request] and
-// [Agent.SendAndWait] fail at once with [ErrClosed]: the agent no longer
-// reads its replies. Stop and Drain wait for running handlers, so a
-// handler must not call them on its own agent.
+// stops. If ctx ends first, Drain falls back to [Agent.Stop]: running
+// handlers see their context cancelled, their messages and those not yet
+// started go back for redelivery, and Drain returns ctx's error once the
+// handlers have returned (a handler that ignores its context holds Drain
+// up; no goroutine can be ended from outside). Handlers still running may
+// send, but [Agent.Request] and [Agent.SendAndWait] fail at once with
+// [ErrClosed]: the agent no longer reads its replies. Stop and Drain wait
+// for running handlers, so a handler must not call them on its own agent.
 func (a *Agent) Drain(ctx context.Context) error {
-	var err error
-	a.shutdown(func() {
-		for _, s := range *a.sources.Load() {
-			s.stop(true)
-		}
-		done := make(chan struct{})
-		go func() { a.readers.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			err = fmt.Errorf("agentkit: drain %s: %w", a.id, ctx.Err())
+	var expired atomic.Bool
+	var abort sync.Once
+	giveUp := func() {
+		abort.Do(func() {
 			a.stopping.Store(true)
 			for _, s := range *a.sources.Load() {
 				s.stop(false)
 			}
 			a.awaitUnsubscribed()
 			a.cancel()
+		})
+	}
+	var stop func() bool
+	a.shutdown(func() {
+		// From here on, ctx ending turns the drain into a stop, whether
+		// the readers are still emptying the client's buffer or the
+		// workers finishing.
+		stop = context.AfterFunc(ctx, func() {
+			if a.lifecycle() == stateStopping {
+				expired.Store(true)
+				giveUp()
+			}
+		})
+		for _, s := range *a.sources.Load() {
+			s.stop(true)
 		}
+		a.readers.Wait()
 		close(a.quit)
 	})
-	return err
+	if stop != nil {
+		stop()
+	}
+	if expired.Load() {
+		return fmt.Errorf("agentkit: drain %s: %w", a.id, ctx.Err())
+	}
+	return nil
 }
 
 // ErrConnClosed: the agent's connection is closed, by its owner or by the

@@ -248,3 +248,37 @@ func TestLifecycle_NoGoroutineLeak(t *testing.T) {
 		// one async-publish reply subscription per JetStream context, owned by nc
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats%2ego.(*Conn).waitForMsgs"))
 }
+
+// A Drain whose ctx ends while a handler runs turns into a Stop: the
+// handler's context is cancelled, Drain returns ctx's error, and the
+// message goes back for redelivery. Drain used to wait for the handler
+// with no regard for ctx (here: for ever, as the handler waits for its
+// context).
+func TestLifecycle_DrainHonoursCtxWhileHandlersRun(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	started := make(chan struct{}, 1)
+	cancelled := make(chan error, 1)
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, _ *agentkit.Message) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		cancelled <- ctx.Err()
+		return ctx.Err()
+	}}, agentkit.WithConcurrency(1))
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	short, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
+	defer cancel()
+	if err := recv.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain err = %v, want context.DeadlineExceeded", err)
+	}
+	if err := <-cancelled; err == nil {
+		t.Fatal("the handler's context was not cancelled")
+	}
+	if n := recv.Stats().Outcomes[agentkit.OutcomeNak]; n != 1 {
+		t.Fatalf("nak outcomes = %d, want 1: the message goes back for redelivery", n)
+	}
+}
