@@ -131,6 +131,25 @@
 // payloads. A publish the server's permissions refuse fails with
 // [ErrPermissionDenied] instead of timing out.
 //
+// # Hostile peers and a lost connection
+//
+// Every byte a peer controls is checked and bounded before the runtime
+// builds a subject, an object name, a log record or a reason from it: ids,
+// the action, the status and agent types are at most 256 characters with
+// no control characters, a large envelope's Mesh-Envelope-Ref must be its
+// Nats-Msg-Id, and TERM reasons are at most 512 bytes, quoting what the
+// sender wrote shortened. What fails is terminated as INVALID (which the
+// ack monitor holds against the sender, not the receiver), counted in
+// [Stats] and logged by sample: a burst of ten records, then one a second,
+// each saying how many it left out.
+//
+// While nats.go reconnects a connection, the agent carries on (its pulls
+// and publishes resume). A closed connection never comes back: the agent
+// stops, [Agent.Closed] fires, and the error handler and [Agent.Err]
+// report [ErrConnClosed]; to go on, the owner makes a new connection and a
+// new Agent. [Agent.Err] also reports a reader the server turns away (its
+// consumer deleted) until it reads again.
+//
 // # Errors
 //
 // Sentinel errors ([ErrInvalidEnvelope], [ErrInvalidID], [ErrTimeout],
