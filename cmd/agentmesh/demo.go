@@ -19,7 +19,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/trace"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/trace"
 	"github.com/agentmesh-io/agentmesh/config"
 )
 

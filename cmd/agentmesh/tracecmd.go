@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/trace"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/trace"
 )
 
 func (a *app) traceCmd() *cobra.Command {

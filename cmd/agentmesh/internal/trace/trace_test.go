@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/trace"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/trace"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
