@@ -135,7 +135,7 @@ func firingLedger(t *testing.T, st store.Store, agent string) {
 		ev := store.Event{ID: fmt.Sprintf("ev-%d", i), Kind: store.EventAck, Consumer: consumer, Receiver: agent,
 			Priority: "normal", StreamSeq: seq, Deliveries: 1, AckTime: time.Millisecond, At: now}
 		if i%7 == 3 { // 3, 10, 17
-			ev.Kind, ev.AckTime, ev.Reason = store.EventTerm, 0, "INVALID: test"
+			ev.Kind, ev.AckTime, ev.Reason = store.EventTerm, 0, "REJECTED: test"
 			nacked = append(nacked, store.Key{StreamSeq: seq, Consumer: consumer})
 		}
 		b.Events = append(b.Events, ev)

@@ -74,7 +74,9 @@ type Config struct {
 	// over scheme.RegistryBucket() falling back to DefaultDirector.
 	Directors DirectorResolver
 	// EscalateTerminated also escalates terminated (NACKed) messages, which
-	// are always dead-lettered. Default false.
+	// are always dead-lettered. Messages terminated as invalid input
+	// (status INVALID) are not escalated: they are their sender's failure,
+	// not their receiver's. Default false.
 	EscalateTerminated bool
 	// UnavailableFor is how long an agent reads UNAVAILABLE in the agent
 	// registry after one of its messages exhausted its deliveries (seed

@@ -66,7 +66,7 @@ func TestDashboard_InBrowser(t *testing.T) {
 	m.agent("worker", map[string]agentkit.HandlerFunc{
 		"ok": func(context.Context, *agentkit.Message) error { return nil },
 		"reject": func(context.Context, *agentkit.Message) error {
-			return agentkit.Reject(agentkit.CodeInvalid, "bad order")
+			return agentkit.Reject(agentkit.CodeRejected, "bad order")
 		},
 		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(10 * time.Millisecond) },
 	}, agentkit.WithPolicy(agentkit.PriorityNormal, agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second},

@@ -58,14 +58,19 @@
 // an ACK (ack metric), a TERM (status NACK, with the reason agentkit puts
 // in the TERM: "NOT_FOUND: customer not found") or MAX_DELIVERIES (status
 // TIMEOUT, also when the last attempt was NAKed: the message was never
-// handled) arrives. A NAK is not final: the broker redelivers. retry_count
+// handled) arrives. A TERM whose reason starts with "INVALID: " (agentkit
+// terminates so a message that is not a valid envelope for its receiver,
+// and a handler's Reject with code INVALID) gives status INVALID: invalid
+// input is its sender's failure, so the row counts in none of its
+// receiver's rates, nor in ackmonitor_outcomes_total, and is not
+// escalated; it is dead-lettered like a NACK. A NAK is not final: the broker redelivers. retry_count
 // is deliveries − 1; timeouts, the attempts that expired without an ack or
 // NAK, are deliveries − 1 − NAKs (deliveries − NAKs for an exhausted
 // message, whose last attempt counts too), as NATS.md §1.3 describes.
 //
 // Rates over the sliding window (default 5 minutes) count the messages
 // that reached a final status in the window: ack rate = ACK / (ACK + NACK
-// + TIMEOUT), and so on. Seed 000 divides by "messages sent"; messages
+// + TIMEOUT), and so on (INVALID rows are reported beside them). Seed 000 divides by "messages sent"; messages
 // still in flight are neither acked nor failed yet, so counting them would
 // report every burst as a drop in the ack rate. Messages sent in the
 // window and those still pending are reported beside the rates.
@@ -92,7 +97,7 @@
 //
 // # Dead letters and escalation
 //
-// For each TIMEOUT and NACK row the active instance reads the original
+// For each TIMEOUT, NACK and INVALID row the active instance reads the original
 // message by stream sequence, copies it with its headers to
 // mesh.dlq.<receiver>.<priority>.<sender> (plus the Mesh-Dlq-* headers;
 // Nats-Msg-Id "<message id>:<consumer>" so a retried copy is deduplicated)
@@ -168,7 +173,7 @@
 //
 //   - agent (/messages, /timeseries): an agent id, a subject token
 //     ([A-Za-z0-9_-], at most 64 characters);
-//   - status (/messages): ACK, NACK, TIMEOUT, or pending: rows without a
+//   - status (/messages): ACK, NACK, TIMEOUT, INVALID, or pending: rows without a
 //     final status, oldest first (the others come newest first);
 //   - limit (/alerts, /escalations, /dlq, /messages): a positive integer;
 //     above 1000 it is lowered to 1000;

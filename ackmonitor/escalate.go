@@ -26,7 +26,7 @@ const ActionEscalation = agentkit.ActionEscalation
 // Headers the monitor adds to a dead letter; the original's headers are kept.
 const (
 	HeaderDLQReason     = "Mesh-Dlq-Reason"      // "max_deliveries" or "terminated: <TERM reason>"
-	HeaderDLQStatus     = "Mesh-Dlq-Status"      // TIMEOUT or NACK
+	HeaderDLQStatus     = "Mesh-Dlq-Status"      // TIMEOUT, NACK or INVALID
 	HeaderDLQDeliveries = "Mesh-Dlq-Deliveries"  // delivery attempts made
 	HeaderDLQConsumer   = "Mesh-Dlq-Consumer"    // the consumer that gave up
 	HeaderDLQStreamSeq  = "Mesh-Dlq-Stream-Seq"  // the original's sequence in the message stream
@@ -123,7 +123,7 @@ func directorAt(ctx context.Context, kv jetstream.KeyValue, key string) (string,
 	return rec.Director, nil
 }
 
-// followUpLoop dead-letters and escalates final TIMEOUT and NACK rows. It
+// followUpLoop dead-letters and escalates final TIMEOUT, NACK and INVALID rows. It
 // runs only while this instance is active; rows stay pending in the store
 // until done, so a restart or a failover resumes where it stopped.
 //
@@ -209,6 +209,12 @@ func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]follow
 	}
 }
 
+// followedUp reports whether rows of status are dead-lettered (and maybe
+// escalated): every final status but ACK.
+func followedUp(status string) bool {
+	return status == store.StatusTimeout || status == store.StatusNACK || status == store.StatusInvalid
+}
+
 // escalationID is the deterministic message id of the escalation of one
 // row, so a retried or repeated escalation is deduplicated by the stream.
 func escalationID(r store.Record) string {
@@ -239,7 +245,7 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 		Consumer: r.Consumer, Priority: r.Priority, StreamSeq: r.StreamSeq, Attempts: r.Deliveries, Naks: r.Naks,
 		Timeouts: r.Timeouts, CorrelationID: r.Correlation, WorkflowID: r.Workflow, InReplyTo: r.InReplyTo,
 		SentAt: r.SentAt, FailedAt: r.ResolvedAt, Reasons: []string{}}
-	if r.Status == store.StatusNACK {
+	if r.Status != store.StatusTimeout {
 		esc.Reason = "terminated"
 	}
 	for _, e := range r.History {
@@ -277,7 +283,7 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 		return fmt.Errorf("ackmonitor: %d/%s: sender unknown (original gone and send not recorded yet)", r.StreamSeq, r.Consumer)
 	}
 	reason := esc.Reason
-	if r.Status == store.StatusNACK {
+	if r.Status != store.StatusTimeout {
 		reason = "terminated: " + r.NackReason
 	}
 	dlqSubject, err := m.cfg.Scheme.DLQ(r.Receiver, r.Priority, esc.Sender)
@@ -300,7 +306,7 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 	}
 	now := time.Now().UTC()
 	f := store.FollowUp{Key: r.Key(), DLQSeq: esc.DLQSeq, HandledAt: now}
-	escalate := r.Status == store.StatusTimeout || m.cfg.EscalateTerminated
+	escalate := r.Status == store.StatusTimeout || r.Status == store.StatusNACK && m.cfg.EscalateTerminated
 	if esc.Sender == m.cfg.MonitorID {
 		escalate = false // an escalation that failed is not escalated again
 	}

@@ -52,7 +52,7 @@ func TestFollowUp_RetriesUntilTheDLQTakesIt(t *testing.T) {
 	}
 
 	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeInvalid, "never")
+		return agentkit.Reject(agentkit.CodeRejected, "never")
 	}})
 	env, err := m.agent("client", nil).Send(ctx, "worker", "reject", nil)
 	if err != nil {
@@ -195,7 +195,7 @@ func TestFollowUp_FailingRowsDoNotHoldUpOthers(t *testing.T) {
 	})
 	startMonitor(t, m.s, cfg)
 	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeInvalid, "never")
+		return agentkit.Reject(agentkit.CodeRejected, "never")
 	}})
 	orphan := m.agent("orphan", nil)
 	const page = 64 // the follow-up loop's page
@@ -244,7 +244,7 @@ func TestFollowUp_RetryDoesNotCopyAgain(t *testing.T) {
 	})
 	startMonitor(t, m.s, cfg)
 	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeInvalid, "never")
+		return agentkit.Reject(agentkit.CodeRejected, "never")
 	}})
 	if _, err := m.agent("client", nil).Send(ctx, "worker", "reject", nil); err != nil {
 		t.Fatal(err)

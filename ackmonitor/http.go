@@ -332,7 +332,7 @@ func (p *params) agent(name string) string {
 const statusPending = "pending"
 
 // ledgerStatuses are the statuses a ledger query can filter on.
-var ledgerStatuses = []string{store.StatusACK, store.StatusNACK, store.StatusTimeout, statusPending}
+var ledgerStatuses = []string{store.StatusACK, store.StatusNACK, store.StatusTimeout, store.StatusInvalid, statusPending}
 
 // status returns a ledger status parameter ("" when absent: any status).
 func (p *params) status(name string) string {

@@ -321,11 +321,11 @@ func streamSeq(msg jetstream.Msg) uint64 {
 }
 
 // recorded counts what a committed batch changed and wakes the follow-up
-// loop when a row reached TIMEOUT or NACK.
+// loop when a row reached a status it follows up.
 func (m *Monitor) recorded(applied store.Applied) {
 	m.metrics.observe(applied)
 	for _, r := range applied.Resolved {
-		if r.Status == store.StatusTimeout || r.Status == store.StatusNACK {
+		if followedUp(r.Status) {
 			m.wake()
 			return
 		}

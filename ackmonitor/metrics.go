@@ -43,7 +43,7 @@ func newMetrics() *metrics {
 	m.sends = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_messages_sent_total",
 		Help: "Messages stored in the mesh stream, by sender and priority."}, []string{"sender", "priority"})
 	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_outcomes_total",
-		Help: "Messages that reached a final status (ACK, NACK = terminated, TIMEOUT = deliveries exhausted), by receiving agent and priority."},
+		Help: "Messages that reached a final status (ACK, NACK = terminated, TIMEOUT = deliveries exhausted), by receiving agent and priority; messages terminated as invalid input are their senders' and not counted here."},
 		[]string{"agent", "priority", "status"})
 	m.naks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_naks_total",
 		Help: "NAKs (redelivery requests, e.g. busy receivers), by receiving agent and priority."}, ap)
@@ -95,7 +95,11 @@ func (m *metrics) observe(a store.Applied) {
 		}
 	}
 	for _, r := range a.Resolved {
-		m.outcomes.WithLabelValues(r.Receiver, r.Priority, r.Status).Inc()
+		// The rules over this counter divide by every status of a
+		// receiver: invalid input, its sender's failure, stays out.
+		if r.Status != store.StatusInvalid {
+			m.outcomes.WithLabelValues(r.Receiver, r.Priority, r.Status).Inc()
+		}
 		if r.Timeouts > 0 {
 			m.timeouts.WithLabelValues(r.Receiver, r.Priority).Add(float64(r.Timeouts))
 		}

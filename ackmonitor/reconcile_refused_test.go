@@ -45,7 +45,7 @@ func testRefusedTerm(t *testing.T, kind storeKind, traffic bool) {
 	ctx := testCtx(t)
 	m.agent("worker", map[string]agentkit.HandlerFunc{
 		"ok":     func(context.Context, *agentkit.Message) error { return nil },
-		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
+		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeRejected, "no") },
 	}, agentkit.WithSampleFrequency("0")) // its ACKs are only ever inferred
 	m.agent("sampled", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})
 	client := m.agent("client", nil)

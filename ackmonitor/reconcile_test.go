@@ -24,7 +24,7 @@ func TestReconcile_InfersUnsampledAcks(t *testing.T) {
 	ctx := testCtx(t)
 	handlers := map[string]agentkit.HandlerFunc{
 		"ok":     func(context.Context, *agentkit.Message) error { return nil },
-		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
+		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeRejected, "no") },
 	}
 	m.agent("unsampled", handlers, agentkit.WithSampleFrequency("0"))
 	m.agent("sampled", handlers)

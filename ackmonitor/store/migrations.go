@@ -118,4 +118,15 @@ var migrations = []string{
 		id        INTEGER PRIMARY KEY,
 		probed_at BIGINT NOT NULL
 	);`,
+	// 5: terminations as invalid input are their sender's (StatusInvalid),
+	// not the receiver's NACKs: rows recorded before are converted and
+	// their hours rolled up again, and follow-ups take them too.
+	`UPDATE message_acknowledgments SET ack_status = 'INVALID' WHERE ack_status = 'NACK' AND substr(nack_reason, 1, 9) = 'INVALID: ';
+	INSERT INTO metrics_dirty (agent_id, priority, hour_bucket, gen)
+	SELECT DISTINCT receiver_agent, priority, sent_at - sent_at % 3600000000, 0 FROM message_acknowledgments
+	WHERE ack_status = 'INVALID' AND sent_at IS NOT NULL
+	ON CONFLICT (agent_id, priority, hour_bucket) DO UPDATE SET gen = metrics_dirty.gen + 1;
+	DROP INDEX idx_ack_followup_due;
+	CREATE INDEX idx_ack_followup_due ON message_acknowledgments (stream_seq, consumer)
+	WHERE handled_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID');`,
 }

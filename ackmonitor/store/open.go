@@ -19,11 +19,20 @@ const SQLiteFile = "ackmonitor.db"
 // name or a directory (then [SQLiteFile] inside it), in WAL mode, and
 // brings its schema up to date. The driver is pure Go (modernc.org/sqlite).
 func OpenSQLite(ctx context.Context, path string) (Store, error) {
+	db, d, err := openSQLite(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return newSQLStore(ctx, db, d)
+}
+
+// openSQLite opens the database of OpenSQLite, its schema as it is.
+func openSQLite(ctx context.Context, path string) (*sql.DB, dialect, error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		path = filepath.Join(path, SQLiteFile)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("store: sqlite dir: %w", err)
+		return nil, dialect{}, fmt.Errorf("store: sqlite dir: %w", err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
@@ -33,14 +42,14 @@ func OpenSQLite(ctx context.Context, path string) (Store, error) {
 	q.Set("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
-		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
+		return nil, dialect{}, fmt.Errorf("store: open sqlite %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
+		return nil, dialect{}, fmt.Errorf("store: open sqlite %s: %w", path, err)
 	}
-	return newSQLStore(ctx, db, dialect{name: "sqlite", serialWrites: true, pendingIndex: " INDEXED BY idx_ack_pending"})
+	return db, dialect{name: "sqlite", serialWrites: true, pendingIndex: " INDEXED BY idx_ack_pending"}, nil
 }
 
 // rowLockSpace is the first key of PostgreSQL's advisory locks on ledger
@@ -52,16 +61,25 @@ const rowLockSpace = "24941"
 // schema up to date. Concurrent monitors migrate one at a time (advisory
 // lock).
 func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
+	db, d, err := openPostgres(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return newSQLStore(ctx, db, d)
+}
+
+// openPostgres opens the database of OpenPostgres, its schema as it is.
+func openPostgres(ctx context.Context, dsn string) (*sql.DB, dialect, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("store: open postgres: %w", err)
+		return nil, dialect{}, fmt.Errorf("store: open postgres: %w", err)
 	}
 	db.SetMaxOpenConns(8)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: open postgres: %w", err)
+		return nil, dialect{}, fmt.Errorf("store: open postgres: %w", err)
 	}
-	return newSQLStore(ctx, db, dialect{
+	return db, dialect{
 		name:      "postgres",
 		dollar:    true,
 		forUpdate: " FOR UPDATE",
@@ -69,5 +87,5 @@ func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 		// migration lock.
 		lockRows:      "SELECT pg_advisory_xact_lock(" + rowLockSpace + ", id) FROM unnest(CAST(? AS integer[])) AS id",
 		migrationLock: "SELECT pg_advisory_xact_lock(4242424242)",
-	})
+	}, nil
 }

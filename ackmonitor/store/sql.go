@@ -128,24 +128,30 @@ func (s *sqlStore) q(query string) string {
 }
 
 func newSQLStore(ctx context.Context, db *sql.DB, d dialect) (*sqlStore, error) {
-	s := &sqlStore{db: db, d: d, closed: make(chan struct{})}
-	if n := db.Stats().MaxOpenConnections; n > 0 && !d.serialWrites {
-		s.txSlots = make(chan struct{}, max(n-1, 1))
-	}
-	if err := s.migrate(ctx); err != nil {
+	s := unmigrated(db, d)
+	if err := s.migrate(ctx, len(migrations)); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// migrate applies every migration not yet recorded in schema_migrations.
-// Each runs under the dialect's migration lock, and so does creating
-// schema_migrations: PostgreSQL's CREATE TABLE IF NOT EXISTS fails
-// (23505) when another store opening the same schema creates it at the
-// same moment.
-func (s *sqlStore) migrate(ctx context.Context) error {
-	for i, m := range migrations {
+// unmigrated returns the store over db, its schema as it is.
+func unmigrated(db *sql.DB, d dialect) *sqlStore {
+	s := &sqlStore{db: db, d: d, closed: make(chan struct{})}
+	if n := db.Stats().MaxOpenConnections; n > 0 && !d.serialWrites {
+		s.txSlots = make(chan struct{}, max(n-1, 1))
+	}
+	return s
+}
+
+// migrate applies every migration up to version to that is not yet
+// recorded in schema_migrations. Each runs under the dialect's migration
+// lock, and so does creating schema_migrations: PostgreSQL's CREATE TABLE
+// IF NOT EXISTS fails (23505) when another store opening the same schema
+// creates it at the same moment.
+func (s *sqlStore) migrate(ctx context.Context, to int) error {
+	for i, m := range migrations[:to] {
 		version := i + 1
 		if err := s.tx(ctx, func(tx *sql.Tx) error {
 			if s.d.migrationLock != "" {
@@ -769,6 +775,7 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'ACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'NACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'TIMEOUT' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'INVALID' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN ack_status IS NULL THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? THEN naks ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? THEN timeouts ELSE 0 END), 0) AS BIGINT),
@@ -776,7 +783,7 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 		CAST(AVG(CASE WHEN resolved_at >= ? AND ack_status = 'ACK' AND sent_at IS NOT NULL
 			THEN (acknowledged_at - sent_at) / 1000.0 END) AS DOUBLE PRECISION)
 		FROM message_acknowledgments WHERE resolved_at >= ? OR sent_at >= ?`+allPending+`
-		GROUP BY receiver_agent, priority ORDER BY receiver_agent, priority`), t, t, t, t, t, t, t, t, t, t)
+		GROUP BY receiver_agent, priority ORDER BY receiver_agent, priority`), t, t, t, t, t, t, t, t, t, t, t)
 	if err != nil {
 		return nil, fmt.Errorf("store: rates: %w", err)
 	}
@@ -785,11 +792,32 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 	for rows.Next() {
 		var r Rate
 		var ack, lat sql.NullFloat64
-		if err := rows.Scan(&r.Agent, &r.Priority, &r.Sent, &r.Acked, &r.Nacked, &r.TimedOut, &r.Pending,
+		if err := rows.Scan(&r.Agent, &r.Priority, &r.Sent, &r.Acked, &r.Nacked, &r.TimedOut, &r.Invalid, &r.Pending,
 			&r.Naks, &r.Timeouts, &ack, &lat); err != nil {
 			return nil, fmt.Errorf("store: rates: %w", err)
 		}
 		r.AvgAckTimeMS, r.AvgLatencyMS = ack.Float64, lat.Float64
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// SenderRates reads idx_ack_resolved; the zero time takes every final row.
+func (s *sqlStore) SenderRates(ctx context.Context, since time.Time) ([]SenderRate, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT sender_agent, CAST(COUNT(*) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN ack_status = 'INVALID' THEN 1 ELSE 0 END), 0) AS BIGINT)
+		FROM message_acknowledgments WHERE resolved_at >= ? AND ack_status IS NOT NULL AND sender_agent <> ''
+		GROUP BY sender_agent ORDER BY sender_agent`), since.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("store: sender rates: %w", err)
+	}
+	defer rows.Close()
+	var out []SenderRate
+	for rows.Next() {
+		var r SenderRate
+		if err := rows.Scan(&r.Sender, &r.Resolved, &r.Invalid); err != nil {
+			return nil, fmt.Errorf("store: sender rates: %w", err)
+		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -809,6 +837,7 @@ func (s *sqlStore) Series(ctx context.Context, agent string, since time.Time, st
 		CAST(COALESCE(SUM(CASE WHEN ack_status = 'ACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN ack_status = 'NACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN ack_status = 'TIMEOUT' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN ack_status = 'INVALID' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(AVG(CASE WHEN ack_status = 'ACK' THEN processing_time_ms END) AS DOUBLE PRECISION)
 		FROM message_acknowledgments WHERE resolved_at >= ?`+filter+` GROUP BY b ORDER BY b`), args...)
 	if err != nil {
@@ -820,7 +849,7 @@ func (s *sqlStore) Series(ctx context.Context, agent string, since time.Time, st
 		var p Point
 		var b int64
 		var avg sql.NullFloat64
-		if err := rows.Scan(&b, &p.Acked, &p.Nacked, &p.TimedOut, &avg); err != nil {
+		if err := rows.Scan(&b, &p.Acked, &p.Nacked, &p.TimedOut, &p.Invalid, &avg); err != nil {
 			return nil, fmt.Errorf("store: series: %w", err)
 		}
 		p.At, p.AvgAckTimeMS = time.UnixMicro(b*stepUS).UTC(), avg.Float64
@@ -914,7 +943,7 @@ func (s *sqlStore) PendingFollowUps(ctx context.Context, after Key, limit int) (
 		limit = 100
 	}
 	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments WHERE handled_at IS NULL
-		AND ack_status IN ('TIMEOUT', 'NACK') AND (stream_seq, consumer) > (?, ?)
+		AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID') AND (stream_seq, consumer) > (?, ?)
 		ORDER BY stream_seq, consumer LIMIT ?`, int64(after.StreamSeq), after.Consumer, limit)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -12,9 +13,19 @@ import (
 const (
 	StatusPending = ""
 	StatusACK     = "ACK"     // acked by the receiver
-	StatusNACK    = "NACK"    // terminated by the receiver (agentkit.Reject, invalid envelope)
+	StatusNACK    = "NACK"    // terminated by the receiver (agentkit.Reject, a missing capability)
 	StatusTimeout = "TIMEOUT" // delivery attempts exhausted (MAX_DELIVERIES)
+	// StatusInvalid: terminated as invalid input (a TERM reason starting
+	// with [InvalidReasonPrefix]), the sender's failure, not the
+	// receiver's: such rows count in no receiver's ack, NACK or timeout
+	// rate, but in their sender's invalid rate ([Store.SenderRates]).
+	StatusInvalid = "INVALID"
 )
+
+// InvalidReasonPrefix starts the TERM reason of a message terminated as
+// invalid input: agentkit's for a message that is not a valid envelope for
+// its receiver, and for a handler's Reject with code INVALID.
+const InvalidReasonPrefix = "INVALID: "
 
 // EventKind is the kind of a consumer event.
 type EventKind string
@@ -148,6 +159,7 @@ func (r *Record) Final() bool { return r.Status != StatusPending }
 //   - the final event is the ACK, TERM or MAX_DELIVERIES with the most
 //     deliveries (ties: the later one; an inferred ACK has none, so it is
 //     final only without any other): ACK → ACK, TERM → NACK (reason kept),
+//     or INVALID when the reason starts with InvalidReasonPrefix,
 //     MAX_DELIVERIES → TIMEOUT, even when the last attempt was NAKed (the
 //     message was never handled: it is exhausted);
 //   - timeouts = redeliveries not caused by a NAK: deliveries − 1 − naks,
@@ -183,6 +195,9 @@ func (r *Record) recompute() {
 		}
 	case EventTerm:
 		r.Status, r.AcknowledgedAt, r.NackReason = StatusNACK, final.At, final.Reason
+		if strings.HasPrefix(final.Reason, InvalidReasonPrefix) {
+			r.Status = StatusInvalid
+		}
 	case EventMax:
 		r.Status = StatusTimeout
 		r.Timeouts = max(r.Deliveries-r.Naks, 0)
@@ -227,12 +242,16 @@ type Applied struct {
 // Rate aggregates one receiver and priority over a window: outcomes
 // resolved in the window, sends made in it.
 type Rate struct {
-	Agent        string  `json:"agent"`
-	Priority     string  `json:"priority"`
-	Sent         int64   `json:"sent"`
-	Acked        int64   `json:"acked"`
-	Nacked       int64   `json:"nacked"`
-	TimedOut     int64   `json:"timed_out"`
+	Agent    string `json:"agent"`
+	Priority string `json:"priority"`
+	Sent     int64  `json:"sent"`
+	Acked    int64  `json:"acked"`
+	Nacked   int64  `json:"nacked"`
+	TimedOut int64  `json:"timed_out"`
+	// Invalid counts the messages the receiver terminated as invalid
+	// input (StatusInvalid): their senders' failures, so they are not
+	// among the resolved messages its rates divide by.
+	Invalid      int64   `json:"invalid"`
 	Pending      int64   `json:"pending"`
 	Naks         int64   `json:"naks"`
 	Timeouts     int64   `json:"delivery_timeouts"`
@@ -269,9 +288,29 @@ func (r Rate) Merge(o Rate) Rate {
 	r.Acked += o.Acked
 	r.Nacked += o.Nacked
 	r.TimedOut += o.TimedOut
+	r.Invalid += o.Invalid
 	r.Pending += o.Pending
 	r.Naks += o.Naks
 	r.Timeouts += o.Timeouts
+	return r
+}
+
+// SenderRate aggregates the messages of one sender (the sender token of
+// their subjects) that reached a final status in a window, per receiving
+// consumer: a topic or broadcast message counts once per receiver.
+type SenderRate struct {
+	Sender   string `json:"sender"`
+	Resolved int64  `json:"resolved"` // every final status, INVALID included
+	Invalid  int64  `json:"invalid"`  // terminated as invalid input
+}
+
+// InvalidRate returns invalid / resolved messages (0 without samples).
+func (r SenderRate) InvalidRate() float64 { return ratio(r.Invalid, r.Resolved) }
+
+// Merge adds o's counts to r.
+func (r SenderRate) Merge(o SenderRate) SenderRate {
+	r.Resolved += o.Resolved
+	r.Invalid += o.Invalid
 	return r
 }
 
@@ -294,13 +333,14 @@ type Point struct {
 	Acked        int64     `json:"acked"`
 	Nacked       int64     `json:"nacked"`
 	TimedOut     int64     `json:"timed_out"`
+	Invalid      int64     `json:"invalid"`
 	AvgAckTimeMS float64   `json:"avg_ack_time_ms"`
 }
 
 // Query selects ledger rows for [Store.Messages]; zero fields do not filter.
 type Query struct {
 	Receiver string
-	Status   string // a final status: StatusACK, StatusNACK or StatusTimeout
+	Status   string // a final status: StatusACK, StatusNACK, StatusTimeout or StatusInvalid
 	// Pending selects only rows without a final status (those of refused
 	// events too, unlike [Store.Pending]), oldest first (key order), so the
 	// rows pending longest come before those in flight.
@@ -323,8 +363,8 @@ type FollowUp struct {
 // Alert is one raised alert; it stays in the store after it is resolved.
 type Alert struct {
 	ID         string    `json:"id"`
-	Agent      string    `json:"agent"`
-	Kind       string    `json:"kind"`     // "ack_rate" or "timeout_rate"
+	Agent      string    `json:"agent"`    // the receiver, or for "invalid_rate" the sender
+	Kind       string    `json:"kind"`     // "ack_rate", "timeout_rate" or "invalid_rate"
 	Severity   string    `json:"severity"` // "warning" or "critical"
 	Value      float64   `json:"value"`
 	Threshold  float64   `json:"threshold"`
@@ -362,6 +402,10 @@ type Store interface {
 	// Rates aggregates per receiver and priority since the given time
 	// (the zero time: everything).
 	Rates(ctx context.Context, since time.Time) ([]Rate, error)
+	// SenderRates aggregates the rows resolved since the given time (the
+	// zero time: every final row) per sender, in sender order; rows
+	// whose sender is not known yet (no send recorded) are left out.
+	SenderRates(ctx context.Context, since time.Time) ([]SenderRate, error)
 	// Series returns resolved outcomes since the given time in steps,
 	// optionally for one receiver.
 	Series(ctx context.Context, agent string, since time.Time, step time.Duration) ([]Point, error)
@@ -375,8 +419,8 @@ type Store interface {
 	// with a refused TERM or MAX_DELIVERIES event (Batch.Refused) are left
 	// out.
 	Pending(ctx context.Context, after Key, limit int) ([]Record, error)
-	// PendingFollowUps returns up to limit final TIMEOUT and NACK rows not
-	// yet followed up, in key order (stream sequence, then consumer),
+	// PendingFollowUps returns up to limit final TIMEOUT, NACK and INVALID
+	// rows not yet followed up, in key order (stream sequence, then consumer),
 	// after the key after.
 	PendingFollowUps(ctx context.Context, after Key, limit int) ([]Record, error)
 	// RecordDeadLetter records that the dead-letter copy of a row pending

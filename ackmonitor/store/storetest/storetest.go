@@ -39,6 +39,7 @@ func Run(t *testing.T, db Database) {
 		{"Health", testHealth},
 		{"Alerts", testAlerts},
 		{"TextFromAnyPublisher", testText},
+		{"InvalidInputIsTheSenders", testInvalid},
 		{"RefusedEventsAndProbe", testRefused},
 		{"PendingRowsListedAndCounted", testPendingRows},
 	}
@@ -634,7 +635,7 @@ func testText(t *testing.T, s store.Store) {
 	term.Reason = "INVALID: bad\x00reason\xff"
 	mustApply(t, s, store.Batch{Sends: []store.Send{bad, send(2, "a", "b", base)}, Events: []store.Event{term}})
 	r := get(t, s, 1, "b_normal")
-	if r.MessageID != "m\uFFFD-1" || r.Correlation != "corr-\uFFFD" || r.Status != store.StatusNACK {
+	if r.MessageID != "m\uFFFD-1" || r.Correlation != "corr-\uFFFD" || r.Status != store.StatusInvalid {
 		t.Fatalf("row 1 = id %q, correlation %q, status %s", r.MessageID, r.Correlation, r.Status)
 	}
 	if len(r.History) != 1 || r.History[0].Reason != "INVALID: bad\uFFFDreason\uFFFD" || r.NackReason != r.History[0].Reason {
@@ -642,6 +643,96 @@ func testText(t *testing.T, s store.Store) {
 	}
 	if r := get(t, s, 2, "b_normal"); r.MessageID != "m-2" {
 		t.Fatalf("row 2 = %+v", r)
+	}
+}
+
+// testInvalid: a TERM whose reason starts with "INVALID: " makes the row
+// INVALID, its sender's failure: it counts in no rate of its receiver
+// (only in Invalid beside them) and in its sender's SenderRates, once the
+// sender is known; it is due a follow-up like a NACK.
+func testInvalid(t *testing.T, s store.Store) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	term := func(seq uint64, consumer, reason string) store.Event {
+		e := ev(store.EventTerm, seq, consumer, 1, now.Add(time.Millisecond))
+		e.Reason = reason
+		return e
+	}
+	a := mustApply(t, s, store.Batch{
+		Sends: []store.Send{send(1, "bad", "b", now), send(2, "good", "b", now), send(3, "bad", "c", now),
+			send(4, "bad", "b", now), send(5, "good", "b", now)},
+		Events: []store.Event{term(1, "b_normal", "INVALID: not an envelope"), ev(store.EventAck, 2, "b_normal", 1, now),
+			term(3, "c_normal", "NOT_FOUND: no such customer"), term(4, "b_normal", "INVALID:no space"),
+			term(5, "b_normal", "invalid: lower case")},
+	})
+	status := map[uint64]string{}
+	for _, r := range a.Resolved {
+		status[r.StreamSeq] = r.Status
+	}
+	want := map[uint64]string{1: store.StatusInvalid, 2: store.StatusACK, 3: store.StatusNACK, 4: store.StatusNACK, 5: store.StatusNACK}
+	if fmt.Sprint(status) != fmt.Sprint(want) {
+		t.Fatalf("resolved %v, want %v", status, want)
+	}
+	if r := get(t, s, 1, "b_normal"); r.Status != store.StatusInvalid || r.NackReason != "INVALID: not an envelope" || r.AcknowledgedAt.IsZero() {
+		t.Fatalf("row 1 = %+v", r)
+	}
+	// An INVALID TERM before its send: the sender is not known yet.
+	mustApply(t, s, store.Batch{Events: []store.Event{term(6, "b_normal", "INVALID: bad subject")}})
+	rates, err := s.Rates(ctx(t), now.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rates) != 2 {
+		t.Fatalf("rates = %+v", rates)
+	}
+	if rb := rates[0]; rb.Agent != "b" || rb.Acked != 1 || rb.Nacked != 2 || rb.Invalid != 2 || rb.Resolved() != 3 || rb.Sent != 4 {
+		t.Fatalf("rate of b = %+v; want 1 ACK, 2 NACK (reasons without the exact prefix), 2 INVALID beside the 3 resolved", rb)
+	}
+	senders := func() string {
+		t.Helper()
+		rs, err := s.SenderRates(ctx(t), now.Add(-time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(rs)
+	}
+	if got := senders(); got != "[{bad 3 1} {good 2 0}]" {
+		t.Fatalf("sender rates = %s; want bad: 1 invalid of 3, good: 0 of 2 (the row without a send left out)", got)
+	}
+	mustApply(t, s, store.Batch{Sends: []store.Send{send(6, "bad", "b", now)}})
+	if got := senders(); got != "[{bad 4 2} {good 2 0}]" {
+		t.Fatalf("sender rates after the send = %s", got)
+	}
+	if rs, err := s.SenderRates(ctx(t), now.Add(time.Minute)); err != nil || len(rs) != 0 {
+		t.Fatalf("sender rates of a window after everything = %+v, %v", rs, err)
+	}
+	if all, err := s.SenderRates(ctx(t), time.Time{}); err != nil || fmt.Sprint(all) != "[{bad 4 2} {good 2 0}]" {
+		t.Fatalf("all-time sender rates = %+v, %v", all, err)
+	}
+	inv, err := s.Messages(ctx(t), store.Query{Status: store.StatusInvalid})
+	if err != nil || len(inv) != 2 || inv[0].StreamSeq != 6 || inv[1].StreamSeq != 1 {
+		t.Fatalf("INVALID rows = %+v, %v", inv, err)
+	}
+	due, err := s.PendingFollowUps(ctx(t), store.Key{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, r := range due {
+		seqs = append(seqs, r.StreamSeq)
+	}
+	if fmt.Sprint(seqs) != "[1 3 4 5 6]" {
+		t.Fatalf("due follow-ups %v, want the INVALID rows with the NACKs", seqs)
+	}
+	var invalid int64
+	pts, err := s.Series(ctx(t), "b", now.Add(-time.Minute), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pts {
+		invalid += p.Invalid
+	}
+	if invalid != 2 {
+		t.Fatalf("series of b = %+v; want 2 INVALID", pts)
 	}
 }
 

@@ -1,0 +1,180 @@
+package ackmonitor_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/metricstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// publishInvalid stores n messages from sender to receiver that are not
+// envelopes, each under its own message id, as a sender that does not use
+// agentkit would: their receiver terminates them as invalid.
+func publishInvalid(t *testing.T, js jetstream.JetStream, sender, receiver string, n int) {
+	t.Helper()
+	subject, err := subjects.Default.Direct(receiver, string(agentkit.PriorityNormal), sender)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		msg := &nats.Msg{Subject: subject, Data: []byte("not an envelope"),
+			Header: nats.Header{jetstream.MsgIDHeader: {fmt.Sprintf("%s-%s-%d", sender, receiver, i)}}}
+		if _, err := js.PublishMsg(testCtx(t), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A sender of invalid messages is blamed, not the three well-behaved
+// receivers that terminated them: the rows are INVALID, count in none of
+// the receivers' rates and raise no alert about them, are dead-lettered
+// and not escalated (EscalateTerminated only escalates NACKs). A receiver
+// that rejects valid messages still raises its alert; it is evaluated
+// after the three in the same pass, so its alert also shows that theirs
+// were evaluated on every row.
+func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
+	t.Parallel()
+	const perReceiver = 25 // above the default MinSamples, 20
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	dir := &escalations{}
+	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
+	cfg := fastConfig(st)
+	cfg.EscalateTerminated = true
+	mon := startMonitor(t, m.s, cfg)
+	api := httptest.NewServer(mon.Handler())
+	t.Cleanup(api.Close)
+
+	receivers := []string{"r1", "r2", "r3"}
+	for _, r := range receivers {
+		m.agent(r, map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})
+	}
+	js := m.jetstream()
+	client := m.agent("client", nil)
+	for _, r := range receivers {
+		publishInvalid(t, js, "bad", r, perReceiver)
+		for range perReceiver {
+			if _, err := client.Send(ctx, r, "ok", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, 30*time.Second, "every row final", func() bool {
+		for _, r := range receivers {
+			if rate := rateOf(t, st, r, "normal"); rate.Acked != perReceiver || rate.Invalid != perReceiver {
+				return false
+			}
+		}
+		return true
+	})
+	for _, r := range receivers {
+		rate := rateOf(t, st, r, "normal")
+		if rate.Nacked != 0 || rate.Resolved() != perReceiver || rate.AckRate() != 1 {
+			t.Errorf("%s: %+v; want %d ACKs, ack rate 1, the invalid messages beside them", r, rate, perReceiver)
+		}
+	}
+	invalid, err := st.Messages(ctx, store.Query{Status: store.StatusInvalid, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range invalid {
+		if r.Sender != "bad" {
+			t.Errorf("INVALID row %d/%s: sender %q, want bad", r.StreamSeq, r.Consumer, r.Sender)
+		}
+	}
+
+	// Now a receiver that fails valid messages.
+	m.agent("z_failing", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error {
+		return agentkit.Reject(agentkit.CodeNotFound, "no such customer")
+	}})
+	for range perReceiver {
+		if _, err := client.Send(ctx, "z_failing", "ok", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "the failing receiver's alert", func() bool {
+		as, err := st.Alerts(ctx, true, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.Agent == "z_failing" && a.Kind == ackmonitor.AlertAckRate {
+				return true
+			}
+		}
+		return false
+	})
+	as, err := st.Alerts(ctx, false, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.Agent != "z_failing" {
+			t.Errorf("alert about %s: %+v", a.Agent, a)
+		}
+	}
+	for _, r := range receivers {
+		series := fmt.Sprintf(`ackmonitor_outcomes_total{agent=%q,priority="normal",status="ACK"}`, r)
+		if v, err := metricstest.Value(api.URL+"/metrics", series); err != nil || v != perReceiver {
+			t.Errorf("%s = %v, %v", series, v, err)
+		}
+		series = fmt.Sprintf(`ackmonitor_outcomes_total{agent=%q,priority="normal",status="INVALID"}`, r)
+		if v, err := metricstest.Value(api.URL+"/metrics", series); err != nil || v != 0 {
+			t.Errorf("%s = %v, %v; want none: the rules divide by every outcome of a receiver", series, v, err)
+		}
+	}
+
+	// Dead letters: every invalid and every rejected message; escalations
+	// of the rejected ones only (their rows come after the invalid ones).
+	total := uint64(len(receivers)*perReceiver + perReceiver)
+	eventually(t, 30*time.Second, "the dead letters", func() bool {
+		return streamMsgs(t, js, subjects.Default.DLQStream()) == total
+	})
+	eventually(t, 30*time.Second, "the failing receiver's escalations", func() bool { return len(dir.list()) >= perReceiver })
+	for _, esc := range dir.list() {
+		if esc.Receiver != "z_failing" {
+			t.Errorf("escalation of a message to %s from %s: %+v", esc.Receiver, esc.Sender, esc)
+		}
+	}
+	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := map[string]int{}
+	for seq := uint64(1); seq <= total; seq++ {
+		msg, err := dlq.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		statuses[msg.Header.Get(ackmonitor.HeaderDLQStatus)]++
+	}
+	if want := map[string]int{store.StatusInvalid: len(receivers) * perReceiver, store.StatusNACK: perReceiver}; fmt.Sprint(statuses) != fmt.Sprint(want) {
+		t.Errorf("dead letters by status %v, want %v", statuses, want)
+	}
+}
+
+// streamMsgs returns how many messages stream holds (0 while it does not
+// exist).
+func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	s, err := js.Stream(testCtx(t), stream)
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(testCtx(t))
+	if err != nil {
+		return 0
+	}
+	return info.State.Msgs
+}

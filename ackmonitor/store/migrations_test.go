@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// upgrade opens a fresh database of each dialect (PostgreSQL with
+// AGENTMESH_TEST_POSTGRES_DSN), brings it to version from, lets fill write
+// to it as a monitor of that version did, then opens it as a store of
+// this version and hands it to check.
+func upgrade(t *testing.T, from int, fill func(t *testing.T, s *sqlStore), check func(t *testing.T, s *sqlStore)) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var db *sql.DB
+			var d dialect
+			var err error
+			if name == "sqlite" {
+				db, d, err = openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+			} else {
+				db, d, err = openPostgres(ctx, postgresSchema(t))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := unmigrated(db, d)
+			t.Cleanup(func() { old.Close() })
+			if err := old.migrate(ctx, from); err != nil {
+				t.Fatal(err)
+			}
+			fill(t, old)
+			if err := old.migrate(ctx, len(migrations)); err != nil {
+				t.Fatalf("upgrade from version %d: %v", from, err)
+			}
+			check(t, old)
+		})
+	}
+}
+
+// postgresSchema returns the DSN of a fresh schema of the database named by
+// AGENTMESH_TEST_POSTGRES_DSN, dropped when the test ends; without the DSN
+// the test fails under CI=true and is skipped otherwise.
+func postgresSchema(t *testing.T) string {
+	dsn := os.Getenv("AGENTMESH_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AGENTMESH_TEST_POSTGRES_DSN is not set and CI=true")
+		}
+		t.Skip("AGENTMESH_TEST_POSTGRES_DSN is not set")
+	}
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := fmt.Sprintf("store_migration_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		admin.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+		admin.Close()
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Rows a monitor recorded as NACKs though their TERM said the message was
+// invalid input become INVALID, due a follow-up if they were not followed
+// up yet, and their hours are rolled up again.
+func TestMigration_InvalidTermsBecomeInvalid(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 11, 20, 10, 30, 0, 0, time.UTC)
+	upgrade(t, 4, func(t *testing.T, s *sqlStore) {
+		for i, row := range []struct {
+			reason  string
+			handled any
+		}{{"INVALID: not an envelope", nil}, {"INVALID: followed up", sent.UnixMicro()}, {"NOT_FOUND: x", nil}, {"invalid: y", nil}} {
+			if _, err := s.db.Exec(s.q(`INSERT INTO message_acknowledgments (stream_seq, consumer, sender_agent, receiver_agent,
+				priority, sent_at, resolved_at, ack_status, nack_reason, handled_at, created_at)
+				VALUES (?, 'b_normal', 'a', 'b', 'normal', ?, ?, 'NACK', ?, ?, ?)`),
+				i+1, sent.UnixMicro(), sent.UnixMicro(), row.reason, row.handled, sent.UnixMicro()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, func(t *testing.T, s *sqlStore) {
+		ctx := context.Background()
+		recs, err := s.Messages(ctx, Query{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[uint64]string{}
+		for _, r := range recs {
+			got[r.StreamSeq] = r.Status
+		}
+		if want := map[uint64]string{1: StatusInvalid, 2: StatusInvalid, 3: StatusNACK, 4: StatusNACK}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("statuses %v, want %v", got, want)
+		}
+		due, err := s.PendingFollowUps(ctx, Key{}, 10)
+		if err != nil || len(due) != 3 || due[0].StreamSeq != 1 || due[1].StreamSeq != 3 {
+			t.Fatalf("due follow-ups = %+v, %v", due, err)
+		}
+		if err := s.Rollup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hours, err := s.Hourly(ctx, sent.Add(-time.Hour))
+		if err != nil || len(hours) != 1 || !hours[0].Hour.Equal(sent.Truncate(time.Hour)) || hours[0].Nacked != 2 || hours[0].Sent != 4 {
+			t.Fatalf("hourly = %+v, %v; want the hour rolled up again with 2 NACKs of 4", hours, err)
+		}
+	})
+}
