@@ -23,8 +23,16 @@ type akMesh struct {
 }
 
 // newAgent creates an agent on its own connection in the run's scheme.
+//
+// The agents do not register: the registry is control plane, off the
+// message path measured here, and every registered agent watches the whole
+// registry, so N agents in one process handle N² heartbeat updates. That
+// work grows with the square of the agent count and competes with the
+// measurement (raw and Watermill carry nothing like it); on a busy machine
+// it stretches the 100-agents setup without bound. Unregistered agents also
+// leave no registry bucket behind on an --external server.
 func (k *akMesh) newAgent(nc *nats.Conn, id string) (*agentkit.Agent, error) {
-	a, err := agentkit.New(nc, id, agentkit.WithScheme(k.scheme))
+	a, err := agentkit.New(nc, id, agentkit.WithScheme(k.scheme), agentkit.WithRegistration(false))
 	if err != nil {
 		return nil, err
 	}

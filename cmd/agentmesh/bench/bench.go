@@ -22,7 +22,9 @@
 // direct and broadcast filters and every ack sampled), the broker's share of
 // agentkit's cost; agentkit-batch is SendBatch of 256; agentkit
 // is Send from 64 goroutines each waiting for its stream ack; Watermill
-// publishes synchronously from 64 goroutines. Payloads are Payload bytes
+// publishes synchronously from 64 goroutines. agentkit's agents run
+// without registration: the registry and its heartbeats are control
+// plane, not the message path compared here. Payloads are Payload bytes
 // of JSON (512 by default).
 package bench
 
