@@ -100,7 +100,8 @@
 // For each TIMEOUT, NACK and INVALID row the active instance reads the original
 // message by stream sequence, copies it with its headers to
 // mesh.dlq.<receiver>.<priority>.<sender> (plus the Mesh-Dlq-* headers;
-// Nats-Msg-Id "<message id>:<consumer>" so a retried copy is deduplicated)
+// Nats-Msg-Id "<stream>:<stream seq>:<consumer>", the row's key, so a
+// retried copy is deduplicated and no other is)
 // and, for TIMEOUT rows, marks the receiver potentially unavailable (in
 // its store until the receiver's next ACK, and in the agent registry,
 // status UNAVAILABLE, for UnavailableFor); for TIMEOUT rows (and NACK rows

@@ -215,6 +215,15 @@ func followedUp(status string) bool {
 	return status == store.StatusTimeout || status == store.StatusNACK || status == store.StatusInvalid
 }
 
+// deadLetterID is the Nats-Msg-Id of the dead-letter copy of r, so a
+// retried copy is deduplicated: what identifies the row, the original's
+// stream and sequence and the consumer. The message id would not do: the
+// sender sets it, or leaves it out, and copies of different messages
+// under one id were dropped as duplicates.
+func (m *Monitor) deadLetterID(r store.Record) string {
+	return m.cfg.Scheme.Stream() + ":" + strconv.FormatUint(r.StreamSeq, 10) + ":" + r.Consumer
+}
+
 // escalationID is the deterministic message id of the escalation of one
 // row, so a retried or repeated escalation is deduplicated by the stream.
 func escalationID(r store.Record) string {
@@ -290,7 +299,7 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 	if err != nil {
 		return fmt.Errorf("ackmonitor: dead-letter subject: %w", err)
 	}
-	hdr.Set(jetstream.MsgIDHeader, esc.MessageID+":"+r.Consumer)
+	hdr.Set(jetstream.MsgIDHeader, m.deadLetterID(r))
 	hdr.Set(HeaderDLQOriginalID, esc.MessageID)
 	hdr.Set(HeaderDLQReason, reason)
 	hdr.Set(HeaderDLQStatus, r.Status)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -256,5 +257,55 @@ func TestFollowUp_RetryDoesNotCopyAgain(t *testing.T) {
 	}
 	if lookups.Load() != 3 || info.State.Msgs != 1 {
 		t.Fatalf("%d director lookups, %d dead-letter copies; want 3 and 1", lookups.Load(), info.State.Msgs)
+	}
+}
+
+// TestFollowUp_DeadLettersOfMessagesWithoutIDs: messages published without
+// a Nats-Msg-Id (no message id of their own) are each dead-lettered, and
+// each row records its own copy: a copy's id comes from the row (stream
+// sequence and consumer), not from anything the sender sets.
+func TestFollowUp_DeadLettersOfMessagesWithoutIDs(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	startMonitor(t, m.s, fastConfig(st))
+	m.agent("worker", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})
+	nc := m.conn()
+	for range n {
+		// Core NATS: the stream stores it, with no id to deduplicate it by.
+		if err := nc.Publish("mesh.agent.worker.normal.client", []byte("not an envelope")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "every row recording its dead letter", func() bool {
+		recs, err := st.Messages(ctx, store.Query{DeadLetter: true, Limit: n + 1})
+		return err == nil && len(recs) == n
+	})
+	js := m.jetstream()
+	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Fatalf("the DLQ holds %d copies of %d terminated messages", info.State.Msgs, n)
+	}
+	recs, err := st.Messages(ctx, store.Query{DeadLetter: true, Limit: n + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		msg, err := dlq.GetMsg(ctx, r.DLQSeq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := msg.Header.Get(ackmonitor.HeaderDLQStreamSeq); got != strconv.FormatUint(r.StreamSeq, 10) {
+			t.Errorf("row %d/%s records dead letter %d, the copy of stream seq %s", r.StreamSeq, r.Consumer, r.DLQSeq, got)
+		}
 	}
 }
