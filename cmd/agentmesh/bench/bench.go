@@ -84,6 +84,11 @@ type Config struct {
 	Progress io.Writer
 	// RunTimeout bounds each run. Default: 2m.
 	RunTimeout time.Duration
+
+	// maxAgents, when positive, caps the receivers of the N-agents
+	// scenarios, so tests cover each scenario's code path without paying
+	// for its scale.
+	maxAgents int
 }
 
 func (c *Config) setDefaults() {
@@ -213,6 +218,11 @@ func skip(sc, impl string) string {
 
 func runOne(ctx context.Context, env *runEnv, sc, impl string) (*measurement, error) {
 	agents := map[string]int{Scenario1Agent: 1, Scenario10Agents: 10, Scenario100Agents: 100}
+	if c := env.cfg.maxAgents; c > 0 {
+		for sc, n := range agents {
+			agents[sc] = min(n, c)
+		}
+	}
 	switch impl {
 	case ImplRaw:
 		switch sc {
