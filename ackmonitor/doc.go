@@ -101,7 +101,13 @@
 // message by stream sequence, copies it with its headers to
 // mesh.dlq.<receiver>.<priority>.<sender> (plus the Mesh-Dlq-* headers;
 // Nats-Msg-Id "<stream>:<stream seq>:<consumer>", the row's key, so a
-// retried copy is deduplicated and no other is)
+// retried copy is deduplicated and no other is; what peers wrote is
+// bounded so the server takes the copy: each Mesh-Dlq-* value to 1 KiB and
+// each copied header to 4 KiB, cut at a character and ending
+// "…(truncated)", the original's JetStream (Nats-*) headers left out, and
+// the largest headers, or the body, left out and named in
+// Mesh-Dlq-Omitted-Headers or Mesh-Dlq-Body-Omitted when the copy would
+// exceed the server's header limit or max payload)
 // and, for TIMEOUT rows, marks the receiver potentially unavailable (in
 // its store until the receiver's next ACK, and in the agent registry,
 // status UNAVAILABLE, for UnavailableFor); for TIMEOUT rows (and NACK rows

@@ -267,12 +267,11 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 			esc.Reasons = append(esc.Reasons, fmt.Sprintf("delivery %d: MAX_DELIVERIES", e.Deliveries))
 		}
 	}
-	hdr := nats.Header{}
+	var origHeader nats.Header
+	var body []byte
 	if orig != nil {
+		origHeader, body = orig.Header, orig.Data
 		esc.Subject = orig.Subject
-		for k, v := range orig.Header {
-			hdr[k] = append([]string(nil), v...)
-		}
 		if sub, err := m.cfg.Scheme.Parse(orig.Subject); err == nil {
 			esc.Sender = sub.Sender
 		}
@@ -288,6 +287,13 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 			esc.SentAt = orig.Time.UTC()
 		}
 	}
+	// Peers wrote these: the escalation carries them bounded.
+	for _, f := range []*string{&esc.MessageID, &esc.CorrelationID, &esc.WorkflowID, &esc.InReplyTo, &esc.Subject} {
+		*f = clip(*f, maxHeaderValue)
+	}
+	for i := range esc.Reasons {
+		esc.Reasons[i] = clip(esc.Reasons[i], maxHeaderValue)
+	}
 	if esc.Sender == "" {
 		return fmt.Errorf("ackmonitor: %d/%s: sender unknown (original gone and send not recorded yet)", r.StreamSeq, r.Consumer)
 	}
@@ -299,17 +305,19 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 	if err != nil {
 		return fmt.Errorf("ackmonitor: dead-letter subject: %w", err)
 	}
-	hdr.Set(jetstream.MsgIDHeader, m.deadLetterID(r))
-	hdr.Set(HeaderDLQOriginalID, esc.MessageID)
-	hdr.Set(HeaderDLQReason, reason)
-	hdr.Set(HeaderDLQStatus, r.Status)
-	hdr.Set(HeaderDLQDeliveries, strconv.Itoa(r.Deliveries))
-	hdr.Set(HeaderDLQConsumer, r.Consumer)
-	hdr.Set(HeaderDLQStreamSeq, strconv.FormatUint(r.StreamSeq, 10))
-	hdr.Set(HeaderDLQSubject, esc.Subject)
+	ours := nats.Header{}
+	ours.Set(jetstream.MsgIDHeader, m.deadLetterID(r))
+	ours.Set(HeaderDLQOriginalID, esc.MessageID)
+	ours.Set(HeaderDLQReason, reason)
+	ours.Set(HeaderDLQStatus, r.Status)
+	ours.Set(HeaderDLQDeliveries, strconv.Itoa(r.Deliveries))
+	ours.Set(HeaderDLQConsumer, r.Consumer)
+	ours.Set(HeaderDLQStreamSeq, strconv.FormatUint(r.StreamSeq, 10))
+	ours.Set(HeaderDLQSubject, esc.Subject)
 	esc.DLQSubject, esc.DLQSeq = dlqSubject, r.DLQSeq
 	if r.DLQSeq == 0 { // a retry skips what an earlier try recorded
-		if esc.DLQSeq, err = m.deadLetter(ctx, r, dlqSubject, hdr, orig); err != nil {
+		msg := deadLetterMsg(dlqSubject, origHeader, body, ours, m.nc.MaxPayload())
+		if esc.DLQSeq, err = m.deadLetter(ctx, r, msg); err != nil {
 			return err
 		}
 	}
@@ -332,8 +340,10 @@ func (m *Monitor) followUp(ctx context.Context, r store.Record) error {
 		env.MessageID = escalationID(r)
 		env.ReceiverID = director
 		env.Priority = agentkit.PriorityHigh
-		env.Correlation = first(esc.CorrelationID, esc.MessageID)
-		env.WorkflowID = esc.WorkflowID
+		if c := first(envelopeID(esc.CorrelationID), envelopeID(esc.MessageID)); c != "" {
+			env.Correlation = c
+		}
+		env.WorkflowID = envelopeID(esc.WorkflowID)
 		env.Payload = payload
 		if err := m.sender.SendEnvelope(ctx, env); err != nil {
 			return fmt.Errorf("ackmonitor: escalate %d/%s to %s: %w", r.StreamSeq, r.Consumer, director, err)
@@ -363,13 +373,9 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 // store, which a retry of the rest of the follow-up reads: the copy is
 // deduplicated by the DLQ stream only within its duplicate window, and
 // the mark would overrule the receiver's ACKs since.
-func (m *Monitor) deadLetter(ctx context.Context, r store.Record, subject string, hdr nats.Header, orig *jetstream.RawStreamMsg) (uint64, error) {
-	var data []byte
-	if orig != nil {
-		data = orig.Data
-	}
+func (m *Monitor) deadLetter(ctx context.Context, r store.Record, msg *nats.Msg) (uint64, error) {
 	pctx, pcancel := context.WithTimeout(ctx, copyTimeout)
-	ack, err := m.js.PublishMsg(pctx, &nats.Msg{Subject: subject, Header: hdr, Data: data})
+	ack, err := m.js.PublishMsg(pctx, msg)
 	pcancel()
 	if err != nil {
 		return 0, fmt.Errorf("ackmonitor: dead-letter %d/%s: %w", r.StreamSeq, r.Consumer, err)
