@@ -36,12 +36,33 @@ import (
 // receiver's reads, and with them this run.
 func FuzzReceive(f *testing.F) {
 	for _, s := range receiveSeeds() {
-		f.Add(s.subject, s.mode, s.k1, s.v1, s.k2, s.v2, s.body)
+		f.Add(s.subject, s.mode, s.k1, s.v1, s.g1, s.k2, s.v2, s.body, s.g2)
 	}
 	r := newReceiveRig(f)
-	f.Fuzz(func(t *testing.T, subject, mode, k1 uint8, v1 string, k2 uint8, v2 string, body []byte) {
-		r.run(t, subject, mode, k1, v1, k2, v2, body)
+	f.Fuzz(func(t *testing.T, subject, mode, k1 uint8, v1 string, g1 uint16, k2 uint8, v2 string, body []byte, g2 uint16) {
+		r.run(t, subject, mode, k1, grow(v1, g1, 70<<10), k2, v2, body, g2)
 	})
+}
+
+// grow returns s repeated n times (n < 2: s), at most max bytes: inputs
+// stay small, so the fuzzer mutates and minimizes them quickly, and still
+// reach the sizes of the hostile categories.
+func grow(s string, n uint16, max int) string {
+	if n < 2 || s == "" {
+		return s
+	}
+	return strings.Repeat(s, min(int(n), max/len(s)+1))
+}
+
+// growMiddle returns b with everything between its first and last byte
+// repeated n times (n < 2: b), at most max bytes: `"a"` grows into a long
+// JSON string, `[[]]` into a long array.
+func growMiddle(b []byte, n uint16, max int) []byte {
+	if n < 2 || len(b) < 3 {
+		return b
+	}
+	mid := string(b[1 : len(b)-1])
+	return []byte(string(b[0]) + grow(mid, n, max) + string(b[len(b)-1]))
 }
 
 // receiveSubjects are the subjects an input publishes on; every one but
@@ -239,11 +260,12 @@ func (r *receiveRig) alive() string {
 }
 
 // run is one input.
-func (r *receiveRig) run(t *testing.T, subject, mode, k1 uint8, v1 string, k2 uint8, v2 string, body []byte) {
+func (r *receiveRig) run(t *testing.T, subject, mode, k1 uint8, v1 string, k2 uint8, v2 string, body []byte, g2 uint16) {
 	sub := receiveSubjects[int(subject)%len(receiveSubjects)]
 	data := body
 	if mode%2 == 1 {
-		data = receiveTemplate(sub.priority, sub.sender, sub.kind, receiveFields[int(mode/2)%len(receiveFields)], body)
+		frag := growMiddle(body, g2, 120<<10)
+		data = receiveTemplate(sub.priority, sub.sender, sub.kind, receiveFields[int(mode/2)%len(receiveFields)], frag)
 	}
 	msg := &nats.Msg{Subject: sub.subject, Data: data, Header: nats.Header{}}
 	msg.Header.Add(receiveHeaders[int(k1)%len(receiveHeaders)], v1)
@@ -369,9 +391,11 @@ func receiveProblem(m *agentkit.Message) string {
 type receiveSeed struct {
 	subject, mode, k1 uint8
 	v1                string
+	g1                uint16 // v1 repeated
 	k2                uint8
 	v2                string
 	body              []byte
+	g2                uint16 // the template's member value grown (growMiddle)
 }
 
 // headerIndex and fieldMode turn names into an input's choices.
@@ -403,68 +427,76 @@ func receiveSeeds() []receiveSeed {
 	task := headerIndex(agentkit.HeaderTaskID)
 	reply := headerIndex(agentkit.HeaderInReplyTo)
 	msgID := headerIndex(agentkit.HeaderMsgID)
-	long := strings.Repeat("r", 3100)
 	q := func(s string) []byte { b, _ := json.Marshal(s); return b }
-	deep := func(n int) []byte { return []byte(strings.Repeat("[", n) + strings.Repeat("]", n)) }
+	nested := func(open, close string, n int) []byte {
+		return []byte(strings.Repeat(open, n) + strings.Repeat(close, n))
+	}
 	var seeds []receiveSeed
 	// Valid envelopes on every subject (template mode with a valid member).
 	for i := range receiveSubjects {
-		seeds = append(seeds, receiveSeed{uint8(i), fieldMode("action"), other, "x", other, "y", q("work")})
+		seeds = append(seeds, receiveSeed{uint8(i), fieldMode("action"), other, "x", 0, other, "y", q("work"), 0})
 	}
-	valid := func(field string, raw []byte, k1 uint8, v1 string, k2 uint8, v2 string) receiveSeed {
-		return receiveSeed{0, fieldMode(field), k1, v1, k2, v2, raw}
+	// field set to raw (grown g2 times), header k1 = v1 (grown g1 times), header k2 = v2.
+	valid := func(field string, raw []byte, g2 uint16, k1 uint8, v1 string, g1 uint16, k2 uint8, v2 string) receiveSeed {
+		return receiveSeed{0, fieldMode(field), k1, v1, g1, k2, v2, raw, g2}
 	}
+	work := q("work")
 	seeds = append(seeds,
-		// Headers.
-		valid("action", q("work"), ref, long, other, ""),
-		valid("action", q("work"), ref, long, reply, "m1"),
-		valid("action", q("work"), ref, strings.Repeat("r", 60<<10), other, ""),
-		valid("task_id", q("t1"), task, strings.Repeat("t", 60<<10), other, ""),
-		valid("task_id", q("t1"), task, "t\xff\xfe1", other, ""),
-		valid("action", q("work"), ref, "\xff\xfe", reply, "\xc3\x28"),
-		valid("action", q("work"), reply, strings.Repeat("i", 60<<10), other, ""),
-		valid("action", q("work"), msgID, strings.Repeat("n", 60<<10), other, ""),
-		valid("action", q("work"), headerIndex("traceparent"), "00-"+strings.Repeat("f", 60<<10), headerIndex("tracestate"), "k=\xff"),
-		valid("action", q("work"), headerIndex("mesh-envelope-ref"), long, other, ""),
-		valid("action", q("work"), ref, "same-id", msgID, "same-id"),
-		// Fields.
-		valid("action", q(strings.Repeat("a", 100<<10)), other, "", other, ""),
-		valid("message_id", q(long), msgID, long, other, ""),
-		valid("correlation_id", q(strings.Repeat("c", 100<<10)), other, "", other, ""),
-		valid("task_id", q(strings.Repeat("t", 100<<10)), other, "", other, ""),
-		valid("action", []byte("\"wo\xffrk\""), other, "", other, ""),
-		valid("correlation_id", []byte(`"c\u0000d"`), other, "", other, ""),
-		valid("payload", deep(10000), other, "", other, ""),
-		valid("payload", deep(30000), other, "", other, ""),
-		valid("context", []byte(strings.Repeat(`{"a":`, 10000)+"1"+strings.Repeat("}", 10000)), other, "", other, ""),
-		valid("payload", q(strings.Repeat("x", 70<<10)), other, "", other, ""),
-		valid("sender_id", q("alice"), other, "", other, ""),
-		valid("receiver_id", q("someone"), other, "", other, ""),
-		valid("priority", q("high"), other, "", other, ""),
-		valid("priority", q("urgent"), other, "", other, ""),
-		valid("", q("red"), other, "", other, ""),
-		valid("message_type", q("response"), other, "", other, ""),
-		valid("error", []byte(`{"code":"PWNED"}`), other, "", other, ""),
-		valid("action", q("no_such_action"), other, "", other, ""),
+		// Headers: oversize (3,100 characters, 60 KB), invalid UTF-8, another case.
+		valid("action", work, 0, ref, "r", 3100, other, ""),
+		valid("action", work, 0, ref, "r", 3100, reply, "m1"),
+		valid("action", work, 0, ref, "r", 60<<10, other, ""),
+		valid("message_id", q("r"), 3100, ref, "r", 3100, msgID, strings.Repeat("r", 3100)),
+		valid("task_id", q("t1"), 0, task, "t", 60<<10, other, ""),
+		valid("task_id", q("t1"), 0, task, "t\xff\xfe1", 0, other, ""),
+		valid("action", work, 0, ref, "\xff\xfe", 0, reply, "\xc3\x28"),
+		valid("action", work, 0, reply, "i", 60<<10, other, ""),
+		valid("action", work, 0, msgID, "n", 60<<10, other, ""),
+		valid("action", work, 0, headerIndex("traceparent"), "f", 60<<10, headerIndex("tracestate"), "k=\xff"),
+		valid("action", work, 0, headerIndex("mesh-envelope-ref"), "r", 3100, other, ""),
+		valid("action", work, 0, headerIndex(agentkit.HeaderStatus), "s", 60<<10, headerIndex(agentkit.HeaderType), "response"),
+		valid("action", work, 0, ref, "same-id", 0, msgID, "same-id"),
+		// Fields: oversize, invalid UTF-8, control characters, deep nesting.
+		valid("action", q("aa"), 50<<10, other, "", 0, other, ""),
+		valid("message_id", q("m"), 3100, msgID, "m", 3100, other, ""),
+		valid("correlation_id", q("cc"), 50<<10, other, "", 0, other, ""),
+		valid("task_id", q("tt"), 50<<10, other, "", 0, other, ""),
+		valid("action", []byte("\"wo\xffrk\""), 0, other, "", 0, other, ""),
+		valid("correlation_id", []byte(`"c\u0000d"`), 0, other, "", 0, other, ""),
+		valid("task_id", q("t\u0085"), 0, other, "", 0, other, ""),
+		valid("payload", nested("[", "]", 10000), 0, other, "", 0, other, ""),
+		valid("context", []byte(strings.Repeat(`{"a":`, 10000)+"1"+strings.Repeat("}", 10000)), 0, other, "", 0, other, ""),
+		valid("payload", q("xx"), 35<<10, other, "", 0, other, ""),
+		valid("metadata", []byte("{\"\xff\":\"v\"}"), 0, other, "", 0, other, ""),
+		// Routing.
+		valid("sender_id", q("alice"), 0, other, "", 0, other, ""),
+		valid("receiver_id", q("someone"), 0, other, "", 0, other, ""),
+		valid("priority", q("high"), 0, other, "", 0, other, ""),
+		valid("priority", q("urgent"), 0, other, "", 0, other, ""),
+		valid("", q("red"), 0, other, "", 0, other, ""),
+		valid("message_type", q("response"), 0, other, "", 0, other, ""),
+		valid("error", []byte(`{"code":"PWNED"}`), 0, other, "", 0, other, ""),
+		valid("action", q("no_such_action"), 0, other, "", 0, other, ""),
+		valid("requires_ack", []byte("true"), 0, other, "", 0, other, ""),
 		// ttl and timestamps.
-		valid("ttl_ms", []byte("9223372036854"), other, "", other, ""),
-		valid("ttl_ms", []byte("9223372036855"), other, "", other, ""),
-		valid("ttl_ms", []byte("-1"), other, "", other, ""),
-		valid("ttl_ms", []byte("1e30"), other, "", other, ""),
-		valid("timestamp", q("2000-01-01T00:00:00Z"), other, "", other, ""),
-		valid("timestamp", q("0001-01-01T00:00:00Z"), other, "", other, ""),
-		valid("timestamp", q("9999-12-31T23:59:59.999999999Z"), other, "", other, ""),
-		valid("timestamp", q("2016-12-31T23:59:60Z"), other, "", other, ""),
+		valid("ttl_ms", []byte("9223372036854"), 0, other, "", 0, other, ""),
+		valid("ttl_ms", []byte("9223372036855"), 0, other, "", 0, other, ""),
+		valid("ttl_ms", []byte("-1"), 0, other, "", 0, other, ""),
+		valid("ttl_ms", []byte("1e30"), 0, other, "", 0, other, ""),
+		valid("timestamp", q("2000-01-01T00:00:00Z"), 0, other, "", 0, other, ""),
+		valid("timestamp", q("0001-01-01T00:00:00Z"), 0, other, "", 0, other, ""),
+		valid("timestamp", q("9999-12-31T23:59:59.999999999Z"), 0, other, "", 0, other, ""),
+		valid("timestamp", q("2016-12-31T23:59:60Z"), 0, other, "", 0, other, ""),
 		// Replies nobody waits for, and a broadcast naming a receiver.
-		receiveSeed{0, fieldMode("in_reply_to"), reply, "m1", other, "", q("m1")},
-		receiveSeed{5, fieldMode("receiver_id"), other, "", other, "", q("fz")},
+		receiveSeed{0, fieldMode("in_reply_to"), reply, "m1", 0, other, "", q("m1"), 0},
+		receiveSeed{5, fieldMode("receiver_id"), other, "", 0, other, "", q("fz"), 0},
 		// Not JSON.
-		receiveSeed{0, 0, other, "", other, "", nil},
-		receiveSeed{1, 0, other, "", other, "", []byte("hello, agent")},
-		receiveSeed{2, 0, other, "", other, "", []byte("[1,2]")},
-		receiveSeed{5, 0, other, "", other, "", []byte("null")},
-		receiveSeed{7, 0, task, "t1", other, "", []byte("{")},
-		receiveSeed{8, 0, other, "", other, "", []byte("{}")},
+		receiveSeed{0, 0, other, "", 0, other, "", nil, 0},
+		receiveSeed{1, 0, other, "", 0, other, "", []byte("hello, agent"), 0},
+		receiveSeed{2, 0, other, "", 0, other, "", []byte("[1,2]"), 0},
+		receiveSeed{5, 0, other, "", 0, other, "", []byte("null"), 0},
+		receiveSeed{7, 0, task, "t1", 0, other, "", []byte("{"), 0},
+		receiveSeed{8, 0, other, "", 0, other, "", []byte("{}"), 0},
 	)
 	return seeds
 }
