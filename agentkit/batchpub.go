@@ -153,8 +153,10 @@ func (f *fastBatches) close() {
 
 // publishFast stores msgs with fast batches of at most maxFastBatch and
 // returns how many of them, from the first, the stream confirmed. The
-// messages after those are left for SendBatch to publish one by one.
-func (a *Agent) publishFast(ctx context.Context, msgs []outMsg) int {
+// messages after those are left for the caller to publish one by one; the
+// ones a batch sent without an answer that accounts for them are noted
+// in tried as maybe stored.
+func (a *Agent) publishFast(ctx context.Context, msgs []outMsg, tried []attempts) int {
 	done := 0
 	for done < len(msgs) && !a.fast.off.Load() && ctx.Err() == nil {
 		n, size := 0, 0
@@ -167,9 +169,12 @@ func (a *Agent) publishFast(ctx context.Context, msgs []outMsg) int {
 		if n < 2 {
 			break // one message is cheaper alone
 		}
-		stored, err := a.fastBatch(ctx, msgs[done:done+n])
+		stored, sent, err := a.fastBatch(ctx, msgs[done:done+n])
 		if stored > n {
 			stored, err = 0, fmt.Errorf("agentkit: fast batch ack counts %d of %d messages", stored, n)
+		}
+		for i := done + stored; i < done+sent; i++ {
+			tried[i].note(fastUnconfirmed(err))
 		}
 		done += stored
 		a.stats.fastBatched.Add(uint64(stored))
@@ -189,15 +194,32 @@ func (a *Agent) publishFast(ctx context.Context, msgs []outMsg) int {
 	return done
 }
 
+// fastUnconfirmed is the outcome of the messages a fast batch that ended
+// with err sent after those it confirmed. Only a few answers prove it
+// stored none of them: its ack (the count says where the batch ended),
+// no stream listening, a stream refusing fast batches. An error reply is
+// one message's and says nothing of the others, and silence nothing at
+// all.
+func fastUnconfirmed(err error) pubOutcome {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil, errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, errFastBatchUnsupported) && errors.As(err, &apiErr):
+		return pubNone
+	}
+	return pubUnknown
+}
+
 // fastBatch publishes msgs, at least two, as one fast batch and waits for
 // its ack, at most one publish attempt's time (or half what is left of
-// ctx). It returns how many messages, from the first, the stream stored.
-// A reply it cannot account for ends the wait with nothing confirmed:
-// republishing is always safe, trusting an unexplained reply is not.
-func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (int, error) {
+// ctx). It returns how many messages, from the first, the stream stored,
+// and how many left this client. A reply it cannot account for ends the
+// wait with nothing confirmed: republishing is always safe, trusting an
+// unexplained reply is not.
+func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (stored, sent int, err error) {
 	inbox, batchID, result, err := a.fast.open(a.nc)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer a.fast.done(batchID)
 	reply := make([]byte, 0, len(inbox)+48)
@@ -212,7 +234,7 @@ func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (int, error) {
 		reply = subjects.AppendFastBatchReply(reply[:0], inbox, fastBatchFlow, i+1, op)
 		m.Reply = string(reply)
 		if err := a.nc.PublishMsg(m.Msg); err != nil {
-			return 0, err
+			return 0, i, err
 		}
 	}
 	wait := a.opts.attemptTimeout
@@ -223,11 +245,11 @@ func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (int, error) {
 	defer timer.Stop()
 	select {
 	case r := <-result:
-		return r.stored, r.err
+		return r.stored, len(msgs), r.err
 	case <-timer.C:
-		return 0, fmt.Errorf("agentkit: fast batch: no ack within %v: %w", wait, context.DeadlineExceeded)
+		return 0, len(msgs), fmt.Errorf("agentkit: fast batch: no ack within %v: %w", wait, context.DeadlineExceeded)
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, len(msgs), ctx.Err()
 	}
 }
 

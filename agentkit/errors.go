@@ -20,8 +20,17 @@ var (
 	ErrAlreadyStarted = errors.New("agentkit: agent already started")
 	// ErrClosed: the agent has been stopped.
 	ErrClosed = errors.New("agentkit: agent stopped")
-	// ErrPublish: the stream did not store a message after every retry.
+	// ErrPublish: the stream did not store the message (every attempt was
+	// refused or reached no stream), so sending it again cannot duplicate
+	// it.
 	ErrPublish = errors.New("agentkit: publish failed")
+	// ErrPublishUnconfirmed: an attempt reached the server but no answer
+	// came back before the context (or the publish timeout) ended, so the
+	// message may have been stored and may be delivered. It does not match
+	// [ErrPublish]. Resend the same envelope ([Agent.SendEnvelope], or
+	// [WithMessageID] with its id) within the stream's duplicate window:
+	// the stream then stores it at most once.
+	ErrPublishUnconfirmed = errors.New("agentkit: publish unconfirmed: the message may have been stored")
 	// ErrTimeout: no response or ack arrived before the context's deadline.
 	ErrTimeout = errors.New("agentkit: timed out waiting for reply")
 	// ErrPayloadTooLarge: the encoded envelope exceeds the connection's max payload.
@@ -107,8 +116,8 @@ func CodeOf(err error) ErrorCode {
 }
 
 // IsRetryable reports whether trying again may succeed: a timeout, a
-// publish failure, or an [*Error] marked retryable; never a permission
-// denial.
+// publish failure, an unconfirmed publish (resend it under the same
+// message id), or an [*Error] marked retryable; never a permission denial.
 func IsRetryable(err error) bool {
 	if errors.Is(err, ErrPermissionDenied) {
 		return false
@@ -117,5 +126,5 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &e) {
 		return e.Retryable
 	}
-	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrPublish)
+	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrPublish) || errors.Is(err, ErrPublishUnconfirmed)
 }

@@ -177,7 +177,8 @@ func HandledEnvelope(ctx context.Context) *Envelope { return handling(ctx) }
 // the receiver; see [Agent.Request] and [Agent.SendAndWait] for that.
 // Concurrent Sends of one agent share fast batches, like [Agent.SendBatch],
 // once four of its publishes are waiting for the stream: fewer stream
-// acks, the same guarantee.
+// acks, the same guarantee. Failures are those of [Agent.SendEnvelope];
+// the envelope is returned with them, so an unconfirmed one can be resent.
 func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
@@ -218,7 +219,11 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // returns once the stream has stored it, retrying failed publishes with
 // exponential backoff under the same message id, so a retry never
 // duplicates. If ctx has no deadline, retries stop after the publish
-// timeout ([WithPublishTimeout]).
+// timeout ([WithPublishTimeout]). A ctx that has already ended publishes
+// nothing and returns its error. A failed send is [ErrPublish] when the
+// stream did not store the message, [ErrPublishUnconfirmed] when it may
+// have: then send the same envelope again, which the stream stores at most
+// once.
 func (a *Agent) SendEnvelope(ctx context.Context, e *Envelope) error {
 	if e.SenderID != a.id {
 		return fmt.Errorf("%w: sender_id %q is not this agent %q", ErrInvalidEnvelope, e.SenderID, a.id)
@@ -315,7 +320,11 @@ func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMs
 }
 
 // publish encodes e and stores it on subject, retrying retryable failures.
+// A ctx that has ended publishes nothing.
 func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err error) {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("agentkit: %s %s to %s not sent: %w", e.MessageType, e.MessageID, subject, err)
+	}
 	ctx, span := a.startSend(ctx, subject, e)
 	defer func() { endSpan(span, err) }()
 	msg, err := a.message(ctx, subject, e)
@@ -323,7 +332,9 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 		return err
 	}
 	a.inject(ctx, msg.Header)
+	var tried attempts
 	err = a.publishFirst(ctx, msg)
+	tried.add(err)
 	cause := err // the last failure of an attempt that ran its course
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
@@ -331,6 +342,7 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 		err = backoff.Retry(func() error {
 			a.stats.publishRetries.Add(1)
 			err := a.publishOnce(ctx, msg)
+			tried.add(err)
 			if err != nil && ctx.Err() == nil {
 				cause = err
 			}
@@ -342,12 +354,7 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 	}
 	if err != nil {
 		a.countError("publish")
-		if cause != nil && !errors.Is(err, cause) {
-			// Out of time: say why the attempts failed (no stream answering,
-			// no leader, ...), not only that the time ran out.
-			return fmt.Errorf("%w: %s %s to %s: %w (attempts failed with: %w)", ErrPublish, e.MessageType, e.MessageID, subject, err, cause)
-		}
-		return fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, e.MessageType, e.MessageID, subject, err)
+		return tried.failure(fmt.Sprintf("%s %s to %s", e.MessageType, e.MessageID, subject), err, cause)
 	}
 	msg.stored()
 	a.countSent(e)
@@ -362,6 +369,120 @@ func publishBackOff() backoff.BackOff {
 	return b
 }
 
+// pubOutcome is what a failed publish attempt says about whether the stream
+// stored its message. Telling "not stored" from "may have been stored"
+// decides the caller's next step: a message not stored may be sent again
+// under any id, one that may have been stored only under its own id, or it
+// is handled twice.
+type pubOutcome int
+
+const (
+	// pubUnsent: the message never left this client.
+	pubUnsent pubOutcome = iota
+	// pubNone: this attempt stored nothing (no stream answered, or it
+	// could not take messages then), which says nothing of earlier ones.
+	pubNone
+	// pubRefused: the stream refused the message for what it is, or
+	// after its duplicate check, so no attempt stored it.
+	pubRefused
+	// pubUnknown: the message may have been stored (the attempt
+	// reached the server and no answer came back).
+	pubUnknown
+)
+
+// The server's error codes (nats-server's errors.json) that come either
+// from the message itself, the same for every attempt, or after the
+// stream's duplicate check, and so prove no attempt stored the message.
+const (
+	jsStreamStoreFailed     = 10077 // a limit (max messages, bytes) or the store refused it
+	jsMessageExceedsMaximum = 10054 // larger than the stream's max_msg_size
+)
+
+// attemptError is a failed attempt whose error alone does not tell its
+// outcome: one that never left this client, or one an earlier attempt
+// (a fast batch) may have stored.
+type attemptError struct {
+	err     error
+	outcome pubOutcome
+}
+
+func (e *attemptError) Error() string { return e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+// unsent marks err as the failure of an attempt that published nothing.
+func unsent(err error) error { return &attemptError{err: err, outcome: pubUnsent} }
+
+// publishOutcome classifies err, the failure of one publish attempt.
+// Whatever it does not know to have stored nothing may have stored the
+// message: a timeout or an ended ctx while the ack was on its way, a
+// reconnect that dropped the pending acks (nats.ErrDisconnected), a
+// publisher cleaned up under it, an unreadable ack.
+func publishOutcome(err error) pubOutcome {
+	var ae *attemptError
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &ae):
+		return ae.outcome
+	case errors.Is(err, ErrPermissionDenied):
+		return pubNone // the server dropped it: no stream saw it
+	case errors.As(err, &apiErr):
+		switch apiErr.ErrorCode {
+		case jsDuplicateInProcess:
+			return pubUnknown // an earlier attempt holds the id and may yet store it
+		case jsStreamStoreFailed, jsMessageExceedsMaximum:
+			return pubRefused
+		}
+		return pubNone // the stream answered, storing nothing (no leader, a limit of the account, ...)
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return pubNone // no stream listens on the subject
+	}
+	return pubUnknown
+}
+
+// attempts sums up the failed attempts to publish one message.
+type attempts struct {
+	sent   bool // a message left this client
+	unsure bool // the stream may have stored it
+}
+
+// add counts a failed attempt; nil (a success) changes nothing.
+func (t *attempts) add(err error) {
+	if err != nil {
+		t.note(publishOutcome(err))
+	}
+}
+
+func (t *attempts) note(o pubOutcome) {
+	switch o {
+	case pubNone:
+		t.sent = true
+	case pubRefused:
+		t.sent, t.unsure = true, false
+	case pubUnknown:
+		t.sent, t.unsure = true, true
+	}
+}
+
+// failure is the error of a publish of what (type, id and subject) that
+// failed with err after attempts t. cause is the last failure of an
+// attempt that ran its course, when err is only that the time ran out.
+func (t attempts) failure(what string, err, cause error) error {
+	if cause != nil && !errors.Is(err, cause) {
+		// Say why the attempts failed (no stream answering, no leader,
+		// ...), not only that the time ran out.
+		err = fmt.Errorf("%w (attempts failed with: %w)", err, cause)
+	}
+	switch {
+	case t.unsure:
+		return fmt.Errorf("%w: %s: %w", ErrPublishUnconfirmed, what, err)
+	case !t.sent && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		// The caller's ctx ended before anything went out: its own error,
+		// not a failed publish.
+		return fmt.Errorf("agentkit: %s not sent: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrPublish, what, err)
+}
+
 // NewRequest returns a request envelope from this agent to agent to,
 // ready for [Agent.SendEnvelope] or [Agent.SendBatch]. Inside a handler it
 // inherits the handled message's ids like [Agent.Send].
@@ -373,26 +494,37 @@ func (a *Agent) NewRequest(ctx context.Context, to, action string, payload any, 
 	return o.Envelope, nil
 }
 
-// BatchError reports which envelopes of a [Agent.SendBatch] were not stored.
+// BatchError reports which envelopes of a [Agent.SendBatch] were not
+// confirmed stored.
 type BatchError struct {
-	// Errs[i] is why envs[i] was not stored; nil when it was.
+	// Errs[i] is nil when envs[i] was stored, else why it was not
+	// confirmed: [ErrPublish] (not stored), [ErrPublishUnconfirmed] (may
+	// have been stored: resend it as it is), or the ctx's error when the
+	// ctx ended before it was sent.
 	Errs []error
 }
 
 func (e *BatchError) Error() string {
-	n, first := 0, error(nil)
+	n, maybe, first := 0, 0, error(nil)
 	for _, err := range e.Errs {
 		if err != nil {
 			if first == nil {
 				first = err
 			}
 			n++
+			if errors.Is(err, ErrPublishUnconfirmed) {
+				maybe++
+			}
 		}
+	}
+	if maybe > 0 {
+		return fmt.Sprintf("agentkit: %d of %d messages not confirmed stored (%d may have been); first: %v", n, len(e.Errs), maybe, first)
 	}
 	return fmt.Sprintf("agentkit: %d of %d messages not stored; first: %v", n, len(e.Errs), first)
 }
 
-// Unwrap returns the individual failures, so errors.Is(err, ErrPublish) works.
+// Unwrap returns the individual failures, so errors.Is(err, ErrPublish)
+// and errors.Is(err, ErrPublishUnconfirmed) work.
 func (e *BatchError) Unwrap() []error {
 	var errs []error
 	for _, err := range e.Errs {
@@ -405,16 +537,20 @@ func (e *BatchError) Unwrap() []error {
 
 // SendBatch publishes envs, which must all name this agent as sender, in
 // one pipelined burst and returns once the stream has stored every one of
-// them. Every envelope is checked before anything is published. Failed
-// publishes are retried with exponential backoff under their own message
-// ids, so a retry never duplicates; what still fails when ctx (or the
-// publish timeout) ends is reported per envelope in a [*BatchError].
+// them. Every envelope is checked before anything is published, and a ctx
+// that has ended publishes nothing. Failed publishes are retried with
+// exponential backoff under their own message ids, so a retry never
+// duplicates; what still fails when ctx (or the publish timeout) ends is
+// reported per envelope in a [*BatchError].
 // SendBatch is the bulk path: one goroutine can keep the stream busy
 // without waiting for each ack in turn. On a stream that allows it (NATS
 // 2.14+, allow_batched, as [StreamConfig] sets), the messages go as fast
 // batches of up to 1,000, each confirmed by one ack instead of one per
 // message; what a fast batch does not confirm is published one by one.
 func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("agentkit: batch of %d messages not sent: %w", len(envs), err)
+	}
 	parent := trace.SpanContextFromContext(ctx)
 	ctx, span := a.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.Int("messaging.batch.message_count", len(envs))))
@@ -440,13 +576,15 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 	defer cancel()
 	errs := make([]error, len(envs))
-	fast := a.publishFast(ctx, msgs)
+	tried := make([]attempts, len(envs))
+	fast := a.publishFast(ctx, msgs, tried)
 	todo := seq(fast, len(envs))
 	b := publishBackOff()
 	for {
 		a.publishEach(ctx, msgs, todo, errs)
 		retry := todo[:0]
 		for _, i := range todo {
+			tried[i].add(errs[i])
 			if errs[i] != nil && retryablePublish(errs[i]) && ctx.Err() == nil {
 				retry = append(retry, i)
 			}
@@ -467,7 +605,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	failed := 0
 	for i, err := range errs {
 		if err != nil {
-			errs[i] = fmt.Errorf("%w: %s %s to %s: %w", ErrPublish, envs[i].MessageType, envs[i].MessageID, msgs[i].Subject, err)
+			errs[i] = tried[i].failure(fmt.Sprintf("%s %s to %s", envs[i].MessageType, envs[i].MessageID, msgs[i].Subject), err, nil)
 			a.countError("publish")
 			failed++
 			continue
@@ -493,21 +631,31 @@ func (a *Agent) publishOnce(ctx context.Context, msg outMsg) error {
 // publishEach publishes msgs[i] for each i in todo asynchronously, then
 // waits for each one's ack (or ctx) and sets errs[i] to its outcome. The
 // jetstream context bounds each wait by the attempt timeout, and all
-// publishes share one reply subscription instead of a request each.
+// publishes share one reply subscription instead of a request each. Once
+// ctx has ended it publishes nothing more.
 func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs []error) {
 	futures := make([]jetstream.PubAckFuture, len(todo))
 	for j, i := range todo {
-		futures[j], errs[i] = a.js.PublishMsgAsync(msgs[i].Msg)
+		if err := ctx.Err(); err != nil {
+			errs[i] = unsent(err)
+			continue
+		}
+		var err error
+		if futures[j], err = a.js.PublishMsgAsync(msgs[i].Msg, asyncPublishOpts...); err != nil {
+			errs[i] = unsent(err)
+		} else {
+			errs[i] = nil
+		}
 	}
 	for j, i := range todo {
-		if errs[i] == nil {
+		if futures[j] != nil {
 			select {
 			case ack := <-futures[j].Ok():
 				a.countDuplicate(ack)
 				continue
 			case errs[i] = <-futures[j].Err():
 			case <-ctx.Done():
-				errs[i] = ctx.Err()
+				errs[i] = ctx.Err() // the message went out: it may be stored
 			}
 		}
 		if denied := a.denied(msgs[i].Subject); denied != nil {
@@ -515,6 +663,12 @@ func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs
 		}
 	}
 }
+
+// asyncPublishOpts turns off nats.go's own retries after "no responders"
+// (2, 250ms apart): agentkit retries with its backoff anyway, and an
+// attempt must end with the server's answer, not republish behind the
+// caller's back after the caller was told how it ended.
+var asyncPublishOpts = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
 
 // countDuplicate counts ack in Stats.PublishDuplicates if the stream
 // stored nothing for it.

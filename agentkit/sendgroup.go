@@ -24,9 +24,11 @@ import (
 // Only the first attempt goes through the line; a member whose message
 // the batch did not store retries on its own (Agent.publish), under the
 // same message id. A member whose ctx ends returns at once, in line or in
-// a batch; only the leader sees its batch through, for its members. A
-// fast batch stores nothing for a duplicate message id without saying
-// so: Stats.PublishDuplicates does not count those.
+// a batch; only the leader sees its batch through, for its members. In
+// line, its message was never published; in a batch, it may be stored,
+// and its error says so. A fast batch stores nothing for a duplicate
+// message id without saying so: Stats.PublishDuplicates does not count
+// those.
 
 // sendSlots is how many of an agent's publishes may be in flight before
 // the next Send joins the line.
@@ -78,10 +80,13 @@ func (a *Agent) publishFirst(ctx context.Context, msg outMsg) error {
 		}
 		leads := e.leads
 		l.mu.Unlock()
-		if i >= 0 || !leads {
-			// Never published; or taken into a batch, which goes on
-			// without its caller: the message may be stored or not, as
-			// when a lone publish's ctx ends before its ack.
+		if i >= 0 {
+			return unsent(ctx.Err()) // never published
+		}
+		if !leads {
+			// Taken into a batch, which goes on without its caller: the
+			// message may be stored or not, as when a lone publish's ctx
+			// ends before its ack.
 			return ctx.Err()
 		}
 		err = <-e.done // given the slot: lead the line, whose members wait
@@ -123,11 +128,20 @@ func (a *Agent) lead(e *lineEntry) error {
 		msgs[i] = m.msg
 	}
 	errs := make([]error, len(msgs))
+	tried := make([]attempts, len(msgs))
 	// The batch is everybody's: no one caller's ctx bounds it, the publish
 	// attempt timeout does.
 	ctx := context.Background()
-	fast := a.publishFast(ctx, msgs)
+	fast := a.publishFast(ctx, msgs, tried)
 	a.publishEach(ctx, msgs, seq(fast, len(msgs)), errs)
+	for i, err := range errs {
+		tried[i].add(err)
+		if err != nil && tried[i].unsure {
+			// The fast batch may have stored it though this attempt did
+			// not: its sender must not think it was not stored.
+			errs[i] = &attemptError{err: err, outcome: pubUnknown}
+		}
+	}
 	for i, m := range group[1:] {
 		m.done <- errs[i+1]
 	}
