@@ -225,6 +225,9 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // have: then send the same envelope again, which the stream stores at most
 // once.
 func (a *Agent) SendEnvelope(ctx context.Context, e *Envelope) error {
+	if e == nil {
+		return fmt.Errorf("%w: nil envelope", ErrInvalidEnvelope)
+	}
 	if e.SenderID != a.id {
 		return fmt.Errorf("%w: sender_id %q is not this agent %q", ErrInvalidEnvelope, e.SenderID, a.id)
 	}
@@ -558,6 +561,9 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	recording := span.IsRecording()
 	msgs := make([]outMsg, len(envs))
 	for i, e := range envs {
+		if e == nil {
+			return fmt.Errorf("%w: batch item %d: nil envelope", ErrInvalidEnvelope, i)
+		}
 		if e.SenderID != a.id {
 			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", ErrInvalidEnvelope, i, e.SenderID, a.id)
 		}
