@@ -54,15 +54,24 @@ func grow(s string, n uint16, max int) string {
 	return strings.Repeat(s, min(int(n), max/len(s)+1))
 }
 
-// growMiddle returns b with everything between its first and last byte
-// repeated n times (n < 2: b), at most max bytes: `"a"` grows into a long
-// JSON string, `[[]]` into a long array.
-func growMiddle(b []byte, n uint16, max int) []byte {
+// growFragment grows a JSON fragment b by n (n < 2: b as is), to at
+// most max bytes. With the high bit of n clear, what lies between its first
+// and last byte is repeated: `"a"` grows into a long JSON string. With it
+// set, each half of b is repeated (n without the high bit times): `[]`
+// grows into arrays nested n deep.
+func growFragment(b []byte, n uint16, max int) []byte {
+	if n&0x8000 != 0 {
+		n &^= 0x8000
+		if n < 2 || len(b) < 2 {
+			return b
+		}
+		h := len(b) / 2
+		return []byte(grow(string(b[:h]), n, max/2) + grow(string(b[h:]), n, max/2))
+	}
 	if n < 2 || len(b) < 3 {
 		return b
 	}
-	mid := string(b[1 : len(b)-1])
-	return []byte(string(b[0]) + grow(mid, n, max) + string(b[len(b)-1]))
+	return []byte(string(b[0]) + grow(string(b[1:len(b)-1]), n, max) + string(b[len(b)-1]))
 }
 
 // receiveSubjects are the subjects an input publishes on; every one but
@@ -264,7 +273,7 @@ func (r *receiveRig) run(t *testing.T, subject, mode, k1 uint8, v1 string, k2 ui
 	sub := receiveSubjects[int(subject)%len(receiveSubjects)]
 	data := body
 	if mode%2 == 1 {
-		frag := growMiddle(body, g2, 120<<10)
+		frag := growFragment(body, g2, 120<<10)
 		data = receiveTemplate(sub.priority, sub.sender, sub.kind, receiveFields[int(mode/2)%len(receiveFields)], frag)
 	}
 	msg := &nats.Msg{Subject: sub.subject, Data: data, Header: nats.Header{}}
@@ -395,7 +404,7 @@ type receiveSeed struct {
 	k2                uint8
 	v2                string
 	body              []byte
-	g2                uint16 // the template's member value grown (growMiddle)
+	g2                uint16 // the template's member value grown (growFragment)
 }
 
 // headerIndex and fieldMode turn names into an input's choices.
@@ -428,9 +437,6 @@ func receiveSeeds() []receiveSeed {
 	reply := headerIndex(agentkit.HeaderInReplyTo)
 	msgID := headerIndex(agentkit.HeaderMsgID)
 	q := func(s string) []byte { b, _ := json.Marshal(s); return b }
-	nested := func(open, close string, n int) []byte {
-		return []byte(strings.Repeat(open, n) + strings.Repeat(close, n))
-	}
 	var seeds []receiveSeed
 	// Valid envelopes on every subject (template mode with a valid member).
 	for i := range receiveSubjects {
@@ -464,8 +470,8 @@ func receiveSeeds() []receiveSeed {
 		valid("action", []byte("\"wo\xffrk\""), 0, other, "", 0, other, ""),
 		valid("correlation_id", []byte(`"c\u0000d"`), 0, other, "", 0, other, ""),
 		valid("task_id", q("t\u0085"), 0, other, "", 0, other, ""),
-		valid("payload", nested("[", "]", 10000), 0, other, "", 0, other, ""),
-		valid("context", []byte(strings.Repeat(`{"a":`, 10000)+"1"+strings.Repeat("}", 10000)), 0, other, "", 0, other, ""),
+		valid("payload", []byte("[]"), 0x8000|10000, other, "", 0, other, ""),
+		valid("context", []byte("[]"), 0x8000|30000, other, "", 0, other, ""),
 		valid("payload", q("xx"), 35<<10, other, "", 0, other, ""),
 		valid("metadata", []byte("{\"\xff\":\"v\"}"), 0, other, "", 0, other, ""),
 		// Routing.
