@@ -47,6 +47,8 @@ func (k *akMesh) stop() {
 	k.close()
 }
 
+// newAkMesh opens n connections and creates the run's message stream
+// (through createStream, so the agents' Start finds it and creates none).
 func newAkMesh(ctx context.Context, env *runEnv, n int) (*akMesh, []*nats.Conn, error) {
 	scheme, err := subjects.New(env.id)
 	if err != nil {
@@ -56,11 +58,16 @@ func newAkMesh(ctx context.Context, env *runEnv, n int) (*akMesh, []*nats.Conn, 
 	if err != nil {
 		return nil, nil, err
 	}
+	js, err := jetstream.New(cs[0])
+	if err == nil {
+		_, err = createStream(ctx, js, agentkit.StreamConfig(scheme, 1))
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
 	k := &akMesh{scheme: scheme, close: func() {
-		js, err := jetstream.New(cs[0])
-		if err == nil {
-			deleteStream(js, scheme.Stream())
-		}
+		deleteStream(js, scheme.Stream())
 		closeAll()
 	}}
 	return k, cs, nil
@@ -204,15 +211,8 @@ func agentkitBacklog(ctx context.Context, env *runEnv) (*measurement, error) {
 		}
 		return nil
 	})
-	// The stream must exist before the backlog is stored; Start of a
-	// sender-only agent is not needed, EnsureStream is.
-	js, err := jetstream.New(cs[0])
-	if err != nil {
-		return nil, err
-	}
-	if err := agentkit.EnsureStream(ctx, js, agentkit.StreamConfig(k.scheme, 1)); err != nil {
-		return nil, err
-	}
+	// newAkMesh created the stream, so the backlog is stored before any
+	// agent starts.
 	if err := sendBatches(ctx, sender, env.cfg.Messages, func(int) string { return "receiver" }, agentkit.PriorityLow, env.payload); err != nil {
 		return nil, err
 	}

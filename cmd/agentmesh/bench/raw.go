@@ -58,11 +58,40 @@ func stamped(subject string, data []byte, kind string) *nats.Msg {
 
 // rawStream creates the run's stream and returns it with a deleter.
 func rawStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, func(), error) {
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage})
+	st, err := createStream(ctx, js, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage})
 	if err != nil {
 		return nil, nil, err
 	}
 	return st, func() { deleteStream(js, name) }, nil
+}
+
+// storeAttempts bounds createStream's attempts. A failed attempt needs a
+// directory cleanup (one per stream deleted) to land inside it, so
+// consecutive failures are rare; a store that keeps failing (a full disk)
+// fails the run after this many.
+const storeAttempts = 10
+
+// createStream creates the stream cfg describes, trying again while the
+// server fails to create its store. After deleting a stream the server
+// removes its account's streams directory, when empty, from a goroutine of
+// its own; a create that comes in meanwhile can see that directory vanish
+// under the one it is making, and fails. A run starts right after the
+// previous one deleted its streams, often leaving none, so every stream
+// the bench creates goes through here.
+func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for attempt := 1; ; attempt++ {
+		st, err := js.CreateStream(ctx, cfg)
+		if err == nil || attempt == storeAttempts || !storeFailed(err) {
+			return st, err
+		}
+	}
+}
+
+// storeFailed reports whether err is the server's failure to create a
+// stream's store (JSStreamCreateErrF, 10049, with the store message).
+func storeFailed(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10049 && strings.Contains(apiErr.Description, "creating store")
 }
 
 // deleteStream deletes a run's stream, best effort.
@@ -150,7 +179,7 @@ func rawMeshThroughput(ctx context.Context, env *runEnv, agents int) (*measureme
 	defer closeAll()
 	js, _ := jetstream.New(cs[0])
 	streamCfg := agentkit.StreamConfig(scheme, 1)
-	if _, err := js.CreateStream(ctx, streamCfg); err != nil {
+	if _, err := createStream(ctx, js, streamCfg); err != nil {
 		return nil, err
 	}
 	defer deleteStream(js, streamCfg.Name)

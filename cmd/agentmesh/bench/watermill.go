@@ -2,8 +2,8 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,11 +18,14 @@ import (
 
 // wmRun owns a run's Watermill publishers, subscribers and streams.
 // Watermill's Publisher and Subscriber close the connection they are
-// given, so each gets its own.
+// given, so each gets its own; the streams are created and deleted over
+// one more.
 type wmRun struct {
 	env     *runEnv
 	async   bool
 	closers []func() error
+	admin   *nats.Conn // streams; nil until the first is created
+	js      jetstream.JetStream
 	topics  []string
 	wg      sync.WaitGroup // subscription readers
 }
@@ -32,20 +35,38 @@ func (w *wmRun) close() {
 		w.closers[i]()
 	}
 	w.wg.Wait()
-	nc, err := nats.Connect(w.env.cfg.URL)
-	if err != nil {
+	if w.admin == nil {
 		return
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	defer w.admin.Close()
 	for _, t := range w.topics {
-		js.DeleteStream(ctx, t)
+		deleteStream(w.js, t)
 	}
+}
+
+// stream creates topic's stream as Watermill's SubscribeInitialize would
+// (its default configuration: named after the topic, on the topic alone),
+// through createStream. Creating an existing stream again is a no-op.
+func (w *wmRun) stream(ctx context.Context, topic string) error {
+	if w.admin == nil {
+		nc, err := nats.Connect(w.env.cfg.URL)
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		w.admin, w.js = nc, js
+	}
+	if _, err := createStream(ctx, w.js, jetstream.StreamConfig{Name: topic, Subjects: []string{topic}}); err != nil {
+		return err
+	}
+	if !slices.Contains(w.topics, topic) {
+		w.topics = append(w.topics, topic)
+	}
+	return nil
 }
 
 func (w *wmRun) publisher() (*wmjs.Publisher, error) {
@@ -63,9 +84,12 @@ func (w *wmRun) publisher() (*wmjs.Publisher, error) {
 }
 
 // subscribe creates topic's stream and subscribes to it with Watermill's
-// defaults (plus AckAsync when async); handle runs for each message and
-// returns whether to ack it.
+// defaults (plus AckAsync when async); handle runs for each message, which
+// is then acked.
 func (w *wmRun) subscribe(ctx context.Context, topic string, handle func(*message.Message)) error {
+	if err := w.stream(ctx, topic); err != nil {
+		return err
+	}
 	nc, err := nats.Connect(w.env.cfg.URL)
 	if err != nil {
 		return err
@@ -76,10 +100,6 @@ func (w *wmRun) subscribe(ctx context.Context, topic string, handle func(*messag
 		return err
 	}
 	w.closers = append(w.closers, s.Close)
-	if err := s.SubscribeInitialize(topic); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return err
-	}
-	w.topics = append(w.topics, topic)
 	ch, err := s.Subscribe(ctx, topic)
 	if err != nil {
 		return err
@@ -196,23 +216,10 @@ func watermillBacklog(ctx context.Context, env *runEnv, async bool) (*measuremen
 	w := &wmRun{env: env, async: async}
 	defer w.close()
 	topic := env.id + "_q"
-	// Create the stream first (a subscriber's SubscribeInitialize), store
-	// the backlog, then subscribe.
-	nc, err := nats.Connect(env.cfg.URL)
-	if err != nil {
+	// Create the stream first, store the backlog, then subscribe.
+	if err := w.stream(ctx, topic); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: topic, Subjects: []string{topic}})
-	nc.Close()
-	if err != nil {
-		return nil, err
-	}
-	w.topics = append(w.topics, topic)
 	p, err := w.publisher()
 	if err != nil {
 		return nil, err
