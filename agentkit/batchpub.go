@@ -68,14 +68,48 @@ type fastBatchReply struct {
 // made on first use: a subscription per batch would cost a SUB and an
 // UNSUB each, and every change to the server's subscription list empties
 // its match cache.
+//
+// It also admits the agent's sends (enter, leave), none once the agent has
+// stopped: a send then would subscribe again to its acks (nats.go's async
+// publisher, or the batch replies), and nothing would drop that
+// subscription, nor its goroutine, before the connection closes. Its
+// close is the stop's last step for the send side.
 type fastBatches struct {
 	off atomic.Bool
 
 	mu      sync.Mutex
-	closed  bool // the agent has stopped: no new subscription
+	closed  bool                // the agent has stopped: no new send, no new subscription
+	sends   int                 // sends admitted and not yet done
+	js      jetstream.JetStream // the publisher the admitted sends used
 	sub     *nats.Subscription
 	base    string // the subscription is base.>; a batch's inbox is base.<batch id>
 	waiting map[string]chan fastOutcome
+}
+
+// enter admits a send through js, unless the agent has stopped. A send
+// admitted calls leave when it is done.
+func (f *fastBatches) enter(js jetstream.JetStream) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.sends++
+	f.js = js
+	return true
+}
+
+// leave ends a send enter admitted. The stop cleans up the publisher's
+// reply subscription before close, and a send under way then may have made
+// it again: the last one to end after close cleans it up once more.
+func (f *fastBatches) leave() {
+	f.mu.Lock()
+	f.sends--
+	js, last := f.js, f.closed && f.sends == 0
+	f.mu.Unlock()
+	if last {
+		js.CleanupPublisher()
+	}
 }
 
 // fastOutcome is how a fast batch ended: how many messages, from the
@@ -139,15 +173,29 @@ func (f *fastBatches) route(m *nats.Msg) {
 	}
 }
 
-// close drops the reply subscription for good: the agent has stopped,
-// and its later sends (SendBatch, or Sends in line) go one by one.
-func (f *fastBatches) close() {
+// stopped reports whether close has run: the agent admits no more sends.
+func (f *fastBatches) stopped() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.closed
+}
+
+// close drops the reply subscription for good and admits no more sends:
+// the agent has stopped. If no send is under way, it cleans up the
+// publisher once more, for a send that made its reply subscription again
+// after the stop's cleanup and ended before close; else the last one to
+// end does (leave).
+func (f *fastBatches) close() {
+	f.mu.Lock()
 	f.closed = true
 	if f.sub != nil {
 		f.sub.Unsubscribe() //nolint:errcheck // a closed connection has dropped it already
 		f.sub, f.waiting = nil, nil
+	}
+	js, idle := f.js, f.sends == 0
+	f.mu.Unlock()
+	if idle && js != nil {
+		js.CleanupPublisher()
 	}
 }
 

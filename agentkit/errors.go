@@ -18,7 +18,11 @@ var (
 	ErrNotStarted = errors.New("agentkit: agent not started")
 	// ErrAlreadyStarted: Start was called twice, or Handle after Start.
 	ErrAlreadyStarted = errors.New("agentkit: agent already started")
-	// ErrClosed: the agent has been stopped.
+	// ErrClosed: the agent has been stopped. Once Stop or Drain has
+	// returned (or the connection closed), every send fails with it and
+	// publishes nothing: Send, Publish, Broadcast, Request, SendAndWait,
+	// SendEnvelope, SendBatch and replies. During Drain, handlers still
+	// running may send.
 	ErrClosed = errors.New("agentkit: agent stopped")
 	// ErrPublish: the stream did not store the message (every attempt was
 	// refused or reached no stream), so sending it again cannot duplicate

@@ -220,7 +220,8 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // exponential backoff under the same message id, so a retry never
 // duplicates. If ctx has no deadline, retries stop after the publish
 // timeout ([WithPublishTimeout]). A ctx that has already ended publishes
-// nothing and returns its error. A failed send is [ErrPublish] when the
+// nothing and returns its error; so does a stopped agent, with
+// [ErrClosed]. A failed send is [ErrPublish] when the
 // stream did not store the message, [ErrPublishUnconfirmed] when it may
 // have: then send the same envelope again, which the stream stores at most
 // once.
@@ -323,8 +324,12 @@ func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMs
 }
 
 // publish encodes e and stores it on subject, retrying retryable failures.
-// A ctx that has ended publishes nothing.
+// A ctx that has ended, or a stopped agent, publishes nothing.
 func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err error) {
+	if !a.fast.enter(a.js) {
+		return fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, e.MessageType, e.MessageID, subject)
+	}
+	defer a.fast.leave()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("agentkit: %s %s to %s not sent: %w", e.MessageType, e.MessageID, subject, err)
 	}
@@ -541,7 +546,7 @@ func (e *BatchError) Unwrap() []error {
 // SendBatch publishes envs, which must all name this agent as sender, in
 // one pipelined burst and returns once the stream has stored every one of
 // them. Every envelope is checked before anything is published, and a ctx
-// that has ended publishes nothing. Failed publishes are retried with
+// that has ended, or a stopped agent ([ErrClosed]), publishes nothing. Failed publishes are retried with
 // exponential backoff under their own message ids, so a retry never
 // duplicates; what still fails when ctx (or the publish timeout) ends is
 // reported per envelope in a [*BatchError].
@@ -551,6 +556,10 @@ func (e *BatchError) Unwrap() []error {
 // batches of up to 1,000, each confirmed by one ack instead of one per
 // message; what a fast batch does not confirm is published one by one.
 func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
+	if !a.fast.enter(a.js) {
+		return fmt.Errorf("%w: batch of %d messages not sent", ErrClosed, len(envs))
+	}
+	defer a.fast.leave()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("agentkit: batch of %d messages not sent: %w", len(envs), err)
 	}
@@ -848,6 +857,11 @@ func (a *Agent) Request(ctx context.Context, to, action string, payload any, opt
 // when o allows it; a half-open one lets the message through as a trial,
 // at low priority.
 func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope) bool, judge func(*Envelope) error) (r *Envelope, err error) {
+	if a.fast.stopped() {
+		// Before the breaker and the fallback: a stopped agent neither
+		// counts against the destination nor looks for another one.
+		return nil, fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, o.MessageType, o.MessageID, o.ReceiverID)
+	}
 	ctx, span := a.startRequest(ctx, o)
 	defer func() { endSpan(span, err) }()
 	done, trial, err := a.allow(o.ReceiverID)
