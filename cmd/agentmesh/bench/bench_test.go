@@ -7,15 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/bench"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
 // TestRun_EveryScenarioTiny runs every scenario with every implementation
 // at a tiny size and checks the result table is well formed (no timing
-// assertions). The N-agents scenarios run with a few receivers: their code
-// path does not change with N, and a hundred agents' setup would be most
-// of the test's work.
+// assertions) and that the runs leave no stream (nor KV bucket) behind, as
+// on an --external server they must not. The N-agents scenarios run with
+// a few receivers: their code path does not change with N, and a hundred
+// agents' setup would be most of the test's work.
 func TestRun_EveryScenarioTiny(t *testing.T) {
 	srv := natstest.RunServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -26,6 +30,9 @@ func TestRun_EveryScenarioTiny(t *testing.T) {
 	results, err := bench.Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if left := streams(t, srv.ClientURL()); len(left) > 0 {
+		t.Errorf("streams left behind: %v", left)
 	}
 	if want := len(bench.Scenarios) * len(bench.Impls); len(results) != want {
 		t.Fatalf("%d results, want %d", len(results), want)
@@ -65,4 +72,29 @@ func TestConfig_Validate(t *testing.T) {
 			t.Errorf("%+v: no error", c)
 		}
 	}
+}
+
+// streams lists the streams on the server at url.
+func streams(t *testing.T, url string) []string {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var out []string
+	for n := range names.Name() {
+		out = append(out, n)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
