@@ -185,6 +185,9 @@ func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts .
 		return nil, err
 	}
 	if a.BreakerState(to) == BreakerOpen {
+		if err := o.Validate(); err != nil {
+			return nil, err // before the fallback reads it
+		}
 		if err := a.fallBack(ctx, o, &CircuitOpenError{Agent: to, State: BreakerOpen}); err != nil {
 			return nil, err
 		}
@@ -288,13 +291,19 @@ func (m outMsg) stored() {
 	putEncodeBuffer(m.buf)
 }
 
-// message encodes e as the NATS message to publish on subject.
-// Envelopes larger than the server's max payload are offloaded to the
-// object store and replaced by a stub.
+// message validates e and encodes it (encode).
 func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMsg, error) {
 	if err := e.Validate(); err != nil {
 		return outMsg{}, err
 	}
+	return a.encode(ctx, subject, e)
+}
+
+// encode encodes e, which the caller has validated, as the NATS message to
+// publish on subject: every Mesh-* header and the Nats-Msg-Id come from
+// its fields, which validation bounds. Envelopes larger than the server's
+// max payload are offloaded to the object store and replaced by a stub.
+func (a *Agent) encode(ctx context.Context, subject string, e *Envelope) (outMsg, error) {
 	buf := getEncodeBuffer()
 	data, err := e.appendJSON((*buf)[:0])
 	if err != nil {
@@ -323,9 +332,15 @@ func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMs
 	return outMsg{Msg: &nats.Msg{Subject: subject, Data: data, Header: h}, buf: buf}, nil
 }
 
-// publish encodes e and stores it on subject, retrying retryable failures.
-// A ctx that has ended, or a stopped agent, publishes nothing.
+// publish validates e, encodes it and stores it on subject, retrying
+// retryable failures. A ctx that has ended, or a stopped agent, publishes
+// nothing.
 func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err error) {
+	// First: nothing of an invalid envelope goes anywhere, not a header, a
+	// span attribute nor an object.
+	if err := e.Validate(); err != nil {
+		return err
+	}
 	if !a.fast.enter(a.js) {
 		return fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, e.MessageType, e.MessageID, subject)
 	}
@@ -335,7 +350,7 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 	}
 	ctx, span := a.startSend(ctx, subject, e)
 	defer func() { endSpan(span, err) }()
-	msg, err := a.message(ctx, subject, e)
+	msg, err := a.encode(ctx, subject, e)
 	if err != nil {
 		return err
 	}
@@ -556,6 +571,22 @@ func (e *BatchError) Unwrap() []error {
 // batches of up to 1,000, each confirmed by one ack instead of one per
 // message; what a fast batch does not confirm is published one by one.
 func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
+	subject := make([]string, len(envs))
+	for i, e := range envs {
+		if e == nil {
+			return fmt.Errorf("%w: batch item %d: nil envelope", ErrInvalidEnvelope, i)
+		}
+		if e.SenderID != a.id {
+			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", ErrInvalidEnvelope, i, e.SenderID, a.id)
+		}
+		var err error
+		if subject[i], err = a.subjectFor(e); err == nil {
+			err = e.Validate()
+		}
+		if err != nil {
+			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
+		}
+	}
 	if !a.fast.enter(a.js) {
 		return fmt.Errorf("%w: batch of %d messages not sent", ErrClosed, len(envs))
 	}
@@ -570,20 +601,12 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	recording := span.IsRecording()
 	msgs := make([]outMsg, len(envs))
 	for i, e := range envs {
-		if e == nil {
-			return fmt.Errorf("%w: batch item %d: nil envelope", ErrInvalidEnvelope, i)
-		}
-		if e.SenderID != a.id {
-			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", ErrInvalidEnvelope, i, e.SenderID, a.id)
-		}
 		if recording {
 			mirrorTrace(e, span, parent) // every message carries the batch span
 		}
-		subject, err := a.subjectFor(e)
-		if err == nil {
-			msgs[i], err = a.message(ctx, subject, e)
-		}
-		if err != nil {
+		// A large envelope goes to the object store here: only once every
+		// one is known to be valid.
+		if msgs[i], err = a.encode(ctx, subject[i], e); err != nil {
 			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
 		}
 		a.inject(ctx, msgs[i].Header)
@@ -857,6 +880,9 @@ func (a *Agent) Request(ctx context.Context, to, action string, payload any, opt
 // when o allows it; a half-open one lets the message through as a trial,
 // at low priority.
 func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope) bool, judge func(*Envelope) error) (r *Envelope, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err // before its values reach a span, the breaker or a fallback
+	}
 	if a.fast.stopped() {
 		// Before the breaker and the fallback: a stopped agent neither
 		// counts against the destination nor looks for another one.

@@ -46,19 +46,25 @@ func msgCount(t *testing.T, s jetstream.Stream) uint64 {
 // agent sends, and returns each one's error by name.
 func sendPaths(t *testing.T, a *agentkit.Agent, ctx context.Context) map[string]error {
 	t.Helper()
+	return sendPathsWith(t, a, ctx, "work")
+}
+
+// sendPathsWith is sendPaths with the caller's action and options.
+func sendPathsWith(t *testing.T, a *agentkit.Agent, ctx context.Context, action string, opts ...agentkit.SendOption) map[string]error {
+	t.Helper()
 	env := func() *agentkit.Envelope {
-		e, err := a.NewRequest(context.Background(), "recv", "work", nil)
+		e, err := a.NewRequest(context.Background(), "recv", action, nil, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
 	errs := map[string]error{}
-	_, errs["Send"] = a.Send(ctx, "recv", "work", nil)
-	_, errs["Publish"] = a.Publish(ctx, "news", "work", nil)
-	_, errs["Broadcast"] = a.Broadcast(ctx, "work", nil)
-	_, errs["Request"] = a.Request(ctx, "recv", "work", nil)
-	_, errs["SendAndWait"] = a.SendAndWait(ctx, "recv", "work", nil)
+	_, errs["Send"] = a.Send(ctx, "recv", action, nil, opts...)
+	_, errs["Publish"] = a.Publish(ctx, "news", action, nil, opts...)
+	_, errs["Broadcast"] = a.Broadcast(ctx, action, nil, opts...)
+	_, errs["Request"] = a.Request(ctx, "recv", action, nil, opts...)
+	_, errs["SendAndWait"] = a.SendAndWait(ctx, "recv", action, nil, opts...)
 	errs["SendEnvelope"] = a.SendEnvelope(ctx, env())
 	errs["SendBatch of one"] = a.SendBatch(ctx, []*agentkit.Envelope{env()})
 	errs["SendBatch"] = a.SendBatch(ctx, []*agentkit.Envelope{env(), env(), env()})
