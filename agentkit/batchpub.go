@@ -20,12 +20,10 @@ import (
 // the stream's allow_batched): the messages travel without a reply each
 // and the stream confirms the batch with one ack that counts the messages
 // it stored, from the first, in order. That saves the stream's per-message
-// ack and its decoding: SendBatch's CPU per message fell by an eighth
-// (BenchmarkThroughput, 34.7 to 30.4 µs). nats.go 1.55 has no client for it
-// (orbit.go's jetstreamext has one; its module is not available through
-// our module proxy), so fastBatch speaks the server's protocol: each
-// message's reply subject (subjects.AppendFastBatchReply) carries the
-// batch's id, the message's place in it and the operation.
+// ack and its decoding. nats.go has no client for it, so fastBatch speaks
+// the server's protocol: each message's reply subject
+// (subjects.AppendFastBatchReply) carries the batch's id, the message's
+// place in it and the operation.
 //
 // fastBatch is only a faster way to the same result. Whatever it does not
 // confirm, SendBatch publishes again one message at a time, under the same

@@ -921,7 +921,7 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope)
 }
 
 // Ack is the receiver's acknowledgment of a message sent with
-// [Agent.SendAndWait] (seed 000).
+// [Agent.SendAndWait].
 type Ack struct {
 	// MessageID is the id of the acknowledged message.
 	MessageID string

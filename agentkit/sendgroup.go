@@ -14,12 +14,10 @@ import (
 // included, as one fast batch (batchpub.go) and hands each member its
 // outcome. So a few senders never wait for each other, while many
 // (handlers sending from their workers) pay one stream ack per batch
-// instead of one per message. Measured with 16, 64 and 256 goroutines
-// sending (BenchmarkThroughput's agentkit scenario is the 64): the same
-// msg/s or more (52,000 against 48,500 at 256) for 11-15 % less CPU per
-// message. A closed loop of senders is bound by each Send's round trip,
-// which the line does not lengthen: the wait in line replaces the wait
-// for the stream behind everybody else's messages.
+// instead of one per message, which costs less CPU per message at the
+// same rate or more. A closed loop of senders is bound by each Send's
+// round trip, which the line does not lengthen: the wait in line replaces
+// the wait for the stream behind everybody else's messages.
 //
 // Only the first attempt goes through the line; a member whose message
 // the batch did not store retries on its own (Agent.publish), under the
