@@ -224,10 +224,9 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // duplicates. If ctx has no deadline, retries stop after the publish
 // timeout ([WithPublishTimeout]). A ctx that has already ended publishes
 // nothing and returns its error; so does a stopped agent, with
-// [ErrClosed]. A failed send is [ErrPublish] when the
-// stream did not store the message, [ErrPublishUnconfirmed] when it may
-// have: then send the same envelope again, which the stream stores at most
-// once.
+// [ErrClosed]. A failed send is [ErrPublish] when the stream did not store
+// the message, [ErrPublishUnconfirmed] when it may have: then send the
+// same envelope again, which the stream stores at most once.
 func (a *Agent) SendEnvelope(ctx context.Context, e *Envelope) error {
 	if e == nil {
 		return fmt.Errorf("%w: nil envelope", ErrInvalidEnvelope)
@@ -289,14 +288,6 @@ type outMsg struct {
 // acknowledged m.
 func (m outMsg) stored() {
 	putEncodeBuffer(m.buf)
-}
-
-// message validates e and encodes it (encode).
-func (a *Agent) message(ctx context.Context, subject string, e *Envelope) (outMsg, error) {
-	if err := e.Validate(); err != nil {
-		return outMsg{}, err
-	}
-	return a.encode(ctx, subject, e)
 }
 
 // encode encodes e, which the caller has validated, as the NATS message to

@@ -64,7 +64,7 @@ func TestPublishOutcome_RealAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg, err := a.message(context.Background(), subject, e)
+		msg, err := a.encode(context.Background(), subject, e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestPublishFast_UnansweredMarksMaybeStored(t *testing.T) {
 			t.Fatal(err)
 		}
 		subject, _ := a.subjectFor(e)
-		if msgs[i], err = a.message(context.Background(), subject, e); err != nil {
+		if msgs[i], err = a.encode(context.Background(), subject, e); err != nil {
 			t.Fatal(err)
 		}
 	}
