@@ -552,10 +552,10 @@ func (e *BatchError) Unwrap() []error {
 // SendBatch publishes envs, which must all name this agent as sender, in
 // one pipelined burst and returns once the stream has stored every one of
 // them. Every envelope is checked before anything is published, and a ctx
-// that has ended, or a stopped agent ([ErrClosed]), publishes nothing. Failed publishes are retried with
-// exponential backoff under their own message ids, so a retry never
-// duplicates; what still fails when ctx (or the publish timeout) ends is
-// reported per envelope in a [*BatchError].
+// that has ended, or a stopped agent ([ErrClosed]), publishes nothing.
+// Failed publishes are retried with exponential backoff under their own
+// message ids, so a retry never duplicates; what still fails when ctx (or
+// the publish timeout) ends is reported per envelope in a [*BatchError].
 // SendBatch is the bulk path: one goroutine can keep the stream busy
 // without waiting for each ack in turn. On a stream that allows it (NATS
 // 2.14+, allow_batched, as [StreamConfig] sets), the messages go as fast
