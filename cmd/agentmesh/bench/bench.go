@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -79,8 +80,9 @@ type Config struct {
 	// Scenarios and Impls select what runs. Default: all.
 	Scenarios []string
 	Impls     []string
-	// Progress receives a one-line progress display (e.g. os.Stderr);
-	// nil shows none.
+	// Progress receives the progress of each run (e.g. os.Stderr): on a
+	// terminal one line redrawn in place, elsewhere plain lines; nil shows
+	// none.
 	Progress io.Writer
 	// RunTimeout bounds each run. Default: 2m.
 	RunTimeout time.Duration
@@ -167,6 +169,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	payload := makePayload(cfg.Payload)
+	tty := isTerminal(cfg.Progress)
 	var out []Result
 	runID := time.Now().UnixNano() % 1_000_000
 	for _, sc := range cfg.Scenarios {
@@ -179,7 +182,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 			runID++
 			rctx, cancel := context.WithTimeout(ctx, cfg.RunTimeout)
-			p := startProgress(cfg.Progress, sc+" / "+impl)
+			p := startProgress(cfg.Progress, tty, sc+" / "+impl)
 			env := &runEnv{cfg: cfg, id: fmt.Sprintf("b%d", runID), payload: payload, progress: p}
 			m, err := runOne(rctx, env, sc, impl)
 			p.stop()
@@ -330,28 +333,56 @@ func (m *measurement) percentile(p int) float64 {
 	return float64(s[i]) / 1e6
 }
 
-// progress shows "<label> 1234/20000" on one line, refreshed 4 times a second.
+// progress shows a run's progress. On a terminal it is one line,
+// "<label> [====      ] 1234/20000", redrawn in place 4 times a second.
+// Anywhere else (a log file, a CI console, a pipe) carriage returns would
+// pile up into one unreadable line, so it writes plain lines: one as the
+// run starts, one every plainEvery while it lasts (so a slow setup still
+// shows signs of life) and one as it ends.
 type progress struct {
 	w     io.Writer
+	tty   bool
 	label string
 	cur   atomic.Pointer[measurement]
 	quit  chan struct{}
 	wg    sync.WaitGroup
 }
 
-func startProgress(w io.Writer, label string) *progress {
-	p := &progress{w: w, label: label, quit: make(chan struct{})}
+// plainEvery is how often plain progress writes a line: rarely enough
+// that a log holds a few lines per run, not hundreds.
+const plainEvery = 5 * time.Second
+
+// isTerminal reports whether w is a character device, such as a terminal,
+// where redrawing a line in place works.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func startProgress(w io.Writer, tty bool, label string) *progress {
+	p := &progress{w: w, tty: tty, label: label, quit: make(chan struct{})}
 	if w == nil {
 		return p
 	}
+	every := 250 * time.Millisecond
+	if !tty {
+		every = plainEvery
+		p.draw()
+	}
 	p.wg.Go(func() {
-		t := time.NewTicker(250 * time.Millisecond)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-p.quit:
 				p.draw()
-				fmt.Fprintln(p.w)
+				if tty {
+					fmt.Fprintln(p.w)
+				}
 				return
 			case <-t.C:
 				p.draw()
@@ -365,14 +396,19 @@ func (p *progress) track(m *measurement) { p.cur.Store(m) }
 
 func (p *progress) draw() {
 	m := p.cur.Load()
-	if m == nil {
+	switch {
+	case !p.tty && m == nil:
+		fmt.Fprintf(p.w, "%s: setting up\n", p.label)
+	case !p.tty:
+		fmt.Fprintf(p.w, "%s: %d/%d\n", p.label, m.count(), m.want)
+	case m == nil:
 		fmt.Fprintf(p.w, "\r%-45s setting up", p.label)
-		return
+	default:
+		const width = 30
+		n := m.count()
+		filled := int(n * width / int64(max(m.want, 1)))
+		fmt.Fprintf(p.w, "\r%-45s [%s%s] %d/%d   ", p.label, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), n, m.want)
 	}
-	const width = 30
-	n := m.count()
-	filled := int(n * width / int64(max(m.want, 1)))
-	fmt.Fprintf(p.w, "\r%-45s [%s%s] %d/%d   ", p.label, strings.Repeat("=", filled), strings.Repeat(" ", width-filled), n, m.want)
 }
 
 func (p *progress) stop() {

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +61,18 @@ func TestRun_EveryScenarioTiny(t *testing.T) {
 	if _, err := json.Marshal(results); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "/") {
-		t.Errorf("no progress shown")
+	// A strings.Builder is no terminal: plain lines, each run's last one
+	// with every message counted.
+	if strings.Contains(progress.String(), "\r") {
+		t.Errorf("carriage returns in plain progress:\n%q", progress.String())
+	}
+	for _, r := range results {
+		if r.Skipped != "" {
+			continue
+		}
+		if line := fmt.Sprintf("%s / %s: %d/%d\n", r.Scenario, r.Impl, r.Messages, r.Messages); !strings.Contains(progress.String(), line) {
+			t.Errorf("progress lacks %q:\n%s", line, progress.String())
+		}
 	}
 }
 
