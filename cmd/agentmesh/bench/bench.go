@@ -208,6 +208,40 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return out, nil
 }
 
+// MinStableSeconds is the shortest run whose msg/s, and ratio to raw, is
+// worth comparing. Besides its messages, a run's window holds one-off
+// costs: consumers' first pulls, connections warming up, a garbage
+// collection, on a busy machine the scheduler's delays. They add up to
+// tens or hundreds of milliseconds, which fade into a run of a second or
+// more but can swing the ratios of shorter runs several-fold.
+const MinStableSeconds = 1.0
+
+// Warnings returns one warning per scenario whose rates rest on runs
+// shorter than MinStableSeconds, raw's included (every ratio of the
+// scenario divides by it); an empty slice when every run lasted long
+// enough. critical-behind-backlog measures only latency and is never
+// warned about.
+func Warnings(results []Result) []string {
+	out := []string{}
+	var short []string
+	flush := func(sc string) {
+		if len(short) > 0 {
+			out = append(out, fmt.Sprintf("%s: runs under %gs (%s): msg/s and ratios to raw are not stable; run more messages",
+				sc, MinStableSeconds, strings.Join(short, ", ")))
+		}
+		short = short[:0]
+	}
+	for i, r := range results {
+		if r.Skipped == "" && r.Scenario != ScenarioBacklog && r.Seconds < MinStableSeconds {
+			short = append(short, fmt.Sprintf("%s %.2fs", r.Impl, r.Seconds))
+		}
+		if i == len(results)-1 || results[i+1].Scenario != r.Scenario {
+			flush(r.Scenario)
+		}
+	}
+	return out
+}
+
 // skip says why impl does not run sc, or "".
 func skip(sc, impl string) string {
 	if impl == ImplRawMesh && (sc == ScenarioRequest || sc == ScenarioBacklog) {
