@@ -33,7 +33,9 @@ min(--messages, 3×rate) of them, answered through the stream), and
 critical-behind-backlog (--messages low-priority messages stored first, then 10
 critical ones: their latency). Payloads are --payload bytes of JSON.
 
-Absolute figures depend on the machine; compare the ratios of one run.` + exitCodesHelp,
+Absolute figures depend on the machine; compare the ratios of one run. A
+warning on stderr names the runs too short (under a second) for their ratios
+to be stable: run more --messages.` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -65,14 +67,22 @@ Absolute figures depend on the machine; compare the ratios of one run.` + exitCo
 			if err != nil {
 				return err
 			}
+			warnings := bench.Warnings(results)
 			if asJSON {
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "messages": cfg.Messages,
-					"payload_bytes": cfg.Payload, "rate": cfg.Rate, "results": results})
+				err = enc.Encode(map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "messages": cfg.Messages,
+					"payload_bytes": cfg.Payload, "rate": cfg.Rate, "results": results, "warnings": warnings})
+			} else {
+				fmt.Fprintf(a.stdout, "%d messages of %d bytes per run, GOMAXPROCS %d, NATS %s\n\n", cfg.Messages, cfg.Payload, runtime.GOMAXPROCS(0), cfg.URL)
+				err = bench.WriteTable(a.stdout, results)
 			}
-			fmt.Fprintf(a.stdout, "%d messages of %d bytes per run, GOMAXPROCS %d, NATS %s\n\n", cfg.Messages, cfg.Payload, runtime.GOMAXPROCS(0), cfg.URL)
-			return bench.WriteTable(a.stdout, results)
+			// Warnings go to stderr even with --quiet, after the figures
+			// they qualify, where a reader of the terminal sees them last.
+			for _, w := range warnings {
+				fmt.Fprintln(a.stderr, "warning:", w)
+			}
+			return err
 		},
 	}
 	fl := cmd.Flags()
