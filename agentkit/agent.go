@@ -247,7 +247,11 @@ func (a *Agent) start(ctx context.Context) error {
 			stopAll()
 			return err
 		}
-		src, err := openSource(cons, a.opts.policies[p], a.opts.concurrency)
+		name := cons.CachedInfo().Name
+		bind := func(ctx context.Context) (jetstream.Consumer, error) {
+			return a.js.Consumer(ctx, a.opts.scheme.Stream(), name)
+		}
+		src, err := openSource(cons, bind, a.opts.policies[p], a.opts.concurrency)
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("agentkit: consume %s: %w", p, err)

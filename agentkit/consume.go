@@ -95,6 +95,9 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 			continue
 		}
 		h := msg.Headers()
+		if h.Get(headerPinID) != "" {
+			src.repin.Store(true) // nats.go took it for a pin; receive terminates the message
+		}
 		d := &delivery{msg: msg, priority: p, src: src, task: h.Get(HeaderTaskID), lastProgress: time.Now()}
 		if md, err := msg.Metadata(); err == nil {
 			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
@@ -137,7 +140,9 @@ func (a *Agent) reopen(p Priority, src *source, n int, failed bool, retry backof
 		if failed && !src.pause(retry.NextBackOff()) {
 			return nil
 		}
-		it, err := src.reopen(n)
+		ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+		it, err := src.reopen(ctx, n)
+		cancel()
 		if err == nil {
 			return it
 		}
@@ -267,6 +272,12 @@ func (a *Agent) receive(d *delivery) bool {
 	}
 	var env *Envelope
 	var err error
+	if msg.Headers().Get(headerPinID) != "" {
+		// The server's header, on consumers that pin a client; the
+		// agent's pin none, so the sender wrote it (see source.reopen).
+		a.terminateInvalid(d, headerPinID+" is the server's header, and this consumer pins no client")
+		return false
+	}
 	if ref := msg.Headers().Get(HeaderEnvelopeRef); ref != "" {
 		// The ref names an object, so a subject: checked before any request is built from it.
 		if reason := checkRef(ref, msg.Headers().Get(HeaderMsgID)); reason != "" {
@@ -328,6 +339,10 @@ func (a *Agent) receive(d *delivery) bool {
 	}
 	return true
 }
+
+// headerPinID carries the pinned client's id on messages of a consumer
+// with a pinned-client priority group.
+const headerPinID = "Nats-Pin-Id"
 
 // checkRouting returns why env may not arrive on sub, or "".
 func (a *Agent) checkRouting(env *Envelope, sub subjects.Subject) string {

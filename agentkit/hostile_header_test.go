@@ -180,3 +180,87 @@ func TestHandleFunc_NilRefused(t *testing.T) {
 		t.Fatalf("Handle(300-character action) err = %v, want ErrInvalidOption", err)
 	}
 }
+
+// A forged Nats-Pin-Id header is terminated as INVALID, and the agent
+// keeps reading that priority: nats.go had taken the header for a pin and
+// sent it with every later pull, which the server refused (400) for good.
+func TestHostileInput_ForgedPinID(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	var rec recorder
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent.recv.normal.sender", Data: rawEnvelope(t, func(map[string]any) {}),
+		Header: nats.Header{"Nats-Pin-Id": {"forged-pin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the forged pin terminated", func() bool { return len(adv.of(subjects.EventTerminated, ack.Sequence)) == 1 })
+	sender := m.agent("sender")
+	for i := range 3 {
+		if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "a good message after the forged pin", func() bool { return rec.count() == i+1 })
+	}
+	if err := recv.Err(); err != nil {
+		t.Fatalf("Err() = %v after the reader read again", err)
+	}
+}
+
+// A large envelope whose object the sender made wrong (a link, metadata
+// that is not JSON) is terminated as INVALID at once, never retried: it
+// used to be NAKed as if the store were unreachable until its attempts ran
+// out, and a link was followed past the size limit.
+func TestHostileInput_PayloadObjectFaults(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	var rec recorder
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)}, agentkit.WithMaxEnvelopeBytes(64<<10))
+	nc := m.conn()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := js.CreateOrUpdateObjectStore(ctx(t), jetstream.ObjectStoreConfig{Bucket: subjects.Default.PayloadsBucket()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := store.PutBytes(ctx(t), "big", []byte(strings.Repeat("x", 128<<10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.AddLink(ctx(t), "link-id", big); err != nil {
+		t.Fatal(err)
+	}
+	// Metadata that is not JSON, where the object store keeps it.
+	if _, err := js.Publish(ctx(t), "$O."+subjects.Default.PayloadsBucket()+".M.YmFkLWlk", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ id, reason string }{
+		{"link-id", "is a link"},
+		{"bad-id", "metadata is not valid"},
+	} {
+		data := rawEnvelope(t, func(m map[string]any) { m["message_id"] = tt.id })
+		ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent.recv.normal.sender", Data: data,
+			Header: nats.Header{agentkit.HeaderEnvelopeRef: {tt.id}, agentkit.HeaderMsgID: {tt.id}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, tt.id+" terminated", func() bool { return len(adv.of(subjects.EventTerminated, ack.Sequence)) == 1 })
+		if reason := adv.of(subjects.EventTerminated, ack.Sequence)[0].Reason; !strings.Contains(reason, tt.reason) {
+			t.Errorf("%s: TERM reason %q, want it to contain %q", tt.id, reason, tt.reason)
+		}
+		if naks := adv.of(subjects.EventNak, ack.Sequence); len(naks) != 0 {
+			t.Errorf("%s: NAKed %d times before its TERM", tt.id, len(naks))
+		}
+	}
+	if rec.count() != 0 {
+		t.Fatalf("a handler saw %d bad messages", rec.count())
+	}
+}

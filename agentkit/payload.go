@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -101,6 +102,10 @@ func checkRef(ref, msgID string) string {
 
 // claim replaces a stub envelope by the full one from the object store.
 // It returns a reason to terminate the message, or a retryable error.
+// Only what may pass (the store unreachable, a timeout) is retried: an
+// object the sender made wrong (missing, a link, bad metadata, a digest
+// that does not match, too large) never will be right. Links are refused
+// unread, as following one could leave the bucket or loop.
 func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
 	defer cancel()
@@ -109,18 +114,35 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) 
 		return nil, "", err
 	}
 	info, err := store.GetInfo(ctx, ref)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Sprintf("large envelope %s is no longer in the payload store", quote(ref)), nil
+	if reason := objectFault(ref, err); reason != "" {
+		return nil, reason, nil
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, "", err
-	}
-	if info.Size > uint64(a.opts.maxEnvelope) {
+	case info.Opts != nil && info.Opts.Link != nil:
+		return nil, fmt.Sprintf("large envelope %s is a link; only objects are accepted", quote(ref)), nil
+	case info.Size > uint64(a.opts.maxEnvelope):
 		return nil, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", info.Size, a.opts.maxEnvelope), nil
 	}
-	data, err := store.GetBytes(ctx, ref) // the digest is verified by the store
+	obj, err := store.Get(ctx, ref)
+	if reason := objectFault(ref, err); reason != "" {
+		return nil, reason, nil
+	}
 	if err != nil {
 		return nil, "", err
+	}
+	defer obj.Close()
+	// The metadata's size is the sender's word: read no more than allowed.
+	data, err := io.ReadAll(io.LimitReader(obj, int64(a.opts.maxEnvelope)+1))
+	if reason := objectFault(ref, err); reason != "" {
+		return nil, reason, nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if len(data) > a.opts.maxEnvelope {
+		return nil, fmt.Sprintf("envelope of more than %d bytes exceeds the limit", a.opts.maxEnvelope), nil
 	}
 	env, err := Decode(data)
 	if err != nil {
@@ -130,6 +152,20 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) 
 		return nil, fmt.Sprintf("large envelope %s has message_id %s, the message says %s", quote(ref), quote(env.MessageID), quote(id)), nil
 	}
 	return env, "", nil
+}
+
+// objectFault returns why the object store's err means the object ref is
+// wrong for good, or "" when err is nil or may pass.
+func objectFault(ref string, err error) string {
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		return fmt.Sprintf("large envelope %s is no longer in the payload store", quote(ref))
+	case errors.Is(err, jetstream.ErrBadObjectMeta), errors.Is(err, jetstream.ErrCantGetBucket):
+		return fmt.Sprintf("large envelope %s: the object's metadata is not valid", quote(ref))
+	case errors.Is(err, jetstream.ErrDigestMismatch):
+		return fmt.Sprintf("large envelope %s does not match its digest", quote(ref))
+	}
+	return ""
 }
 
 // release deletes the offloaded envelope of a direct message once acked;

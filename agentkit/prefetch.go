@@ -1,6 +1,7 @@
 package agentkit
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,8 @@ import (
 // the current iterator and keep a next one from opening.
 type source struct {
 	cons    jetstream.Consumer
+	bind    func(context.Context) (jetstream.Consumer, error) // a fresh handle on the same consumer
+	repin   atomic.Bool                                       // a message carried Nats-Pin-Id: reopen on a fresh handle
 	policy  DeliveryPolicy
 	workers int
 	pace    pace
@@ -37,8 +40,8 @@ type source struct {
 	done    chan struct{} // closed with stopped set: ends the reader's pause
 }
 
-func openSource(cons jetstream.Consumer, policy DeliveryPolicy, workers int) (*source, error) {
-	s := &source{cons: cons, policy: policy, workers: workers,
+func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.Consumer, error), policy DeliveryPolicy, workers int) (*source, error) {
+	s := &source{cons: cons, bind: bind, policy: policy, workers: workers,
 		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1), done: make(chan struct{})}
 	it, err := s.open(policy.Prefetch)
 	if err != nil {
@@ -93,11 +96,28 @@ func (s *source) took() {
 // for it while the iterator still buffers messages, so however the
 // handlers' pace changes within a generation, no received message sits
 // where InProgress cannot reach it.
-func (s *source) reopen(n int) (jetstream.MessagesContext, error) {
+//
+// Once a message carried Nats-Pin-Id (repin), the iterator opens on a
+// fresh handle of the consumer: nats.go keeps a pinned-client id on the
+// handle, taken from that header of any message it delivers, and sends it
+// with every later pull; a sender who forges the header on a consumer that
+// pins no client would otherwise have every pull refused (400) for good.
+func (s *source) reopen(ctx context.Context, n int) (jetstream.MessagesContext, error) {
+	var cons jetstream.Consumer
+	if s.repin.Swap(false) { // before the lock: Stop does not wait for the server
+		var err error
+		if cons, err = s.bind(ctx); err != nil {
+			s.repin.Store(true) // the next try rebinds again
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
 		return nil, nil
+	}
+	if cons != nil {
+		s.cons = cons
 	}
 	if s.policy.MaxPrefetch == 0 {
 		n = s.policy.Prefetch
