@@ -3,26 +3,35 @@ package bench
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 )
 
 // WriteTable writes results as an aligned table: scenario, implementation,
 // messages, msg/s, ratio to raw and latency percentiles. Combinations that
-// did not run show why.
+// did not run are listed under it with the reason, not as rows of dashes
+// that read like failed runs.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\timpl\tmessages\tmsg/s\tvs raw\tp50 ms\tp90 ms\tp99 ms\t")
 	last := ""
+	type notRun struct{ impl, why string }
+	var skipped []notRun
+	skippedIn := map[notRun][]string{}
 	for _, r := range results {
+		if r.Skipped != "" {
+			k := notRun{r.Impl, r.Skipped}
+			if _, seen := skippedIn[k]; !seen {
+				skipped = append(skipped, k)
+			}
+			skippedIn[k] = append(skippedIn[k], r.Scenario)
+			continue
+		}
 		sc := r.Scenario
 		if sc == last {
 			sc = ""
 		}
 		last = r.Scenario
-		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t\n", sc, r.Impl)
-			continue
-		}
 		rate, ratio := "-", "-"
 		if r.Scenario != ScenarioBacklog {
 			rate = fmt.Sprintf("%.0f", r.MsgPerSec)
@@ -34,6 +43,12 @@ func WriteTable(w io.Writer, results []Result) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintln(w, "\nNot run:")
+		for _, k := range skipped {
+			fmt.Fprintf(w, "  %s in %s: %s\n", k.impl, strings.Join(skippedIn[k], ", "), k.why)
+		}
 	}
 	_, err := fmt.Fprintln(w, `
 msg/s: messages handled per second, first send to last handle. Latency: send → handle
