@@ -264,3 +264,56 @@ func TestHostileInput_PayloadObjectFaults(t *testing.T) {
 		t.Fatalf("a handler saw %d bad messages", rec.count())
 	}
 }
+
+// An empty body with a Status header is taken by nats.go for a status
+// message of the server, whatever subject it came on: the runtime never
+// sees it, so it cannot terminate it; it is redelivered until its
+// attempts run out (MAX_DELIVERIES, which the ack monitor dead-letters and
+// holds against the sender), and a 409 or 400 ends the reader's iterator,
+// which costs messages in flight an attempt. This pins down that known
+// limit of the client library: the agent neither handles such a message
+// nor stops consuming because of it.
+func TestHostileInput_ForgedStatusMessages(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	var rec recorder
+	short := fastPolicy(300*time.Millisecond, 300*time.Millisecond)
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)}, agentkit.WithPolicy(agentkit.PriorityBatch, short))
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, h := range []nats.Header{
+		{"Status": {"404"}, "Description": {"No Messages"}},
+		{"Status": {"409"}, "Description": {"Consumer Deleted"}},
+		{"Status": {"100"}, "Description": {"Idle Heartbeat"}},
+		{"Status": {"408"}, "Nats-Pending-Messages": {"lots"}},
+		{"Status": {"400"}, "Description": {"Bad Request"}},
+	} {
+		ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent.recv.batch.sender", Header: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	for _, seq := range seqs {
+		eventually(t, 30*time.Second, "the forged status message exhausted", func() bool {
+			return len(adv.of(subjects.EventMaxDeliveries, seq)) == 1
+		})
+	}
+	sender := m.agent("sender")
+	if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityBatch)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a good message after the forged ones", func() bool { return rec.count() == 1 })
+	if n := recv.Stats().Outcomes[agentkit.OutcomeInvalid]; n != 0 {
+		t.Fatalf("%d forged status messages reached the runtime: nats.go now passes them on, so this limit is gone; update the test and the docs", n)
+	}
+	select {
+	case <-recv.Closed():
+		t.Fatal("the receiver stopped")
+	default:
+	}
+}

@@ -178,19 +178,6 @@ func deepArrays(n int) string    { return strings.Repeat("[", n) + strings.Repea
 func deepObjects(n int) string   { return strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n) }
 func big(n int, c string) string { return strings.Repeat(c, n) }
 
-// statusOnly returns an empty-body case whose headers look like a status
-// message of the server to nats.go.
-func statusOnly(name string, kv ...string) hostileCase {
-	return hostileCase{category: "client library", name: name, to: "validator", prio: agentkit.PriorityBatch,
-		body: func(*hostileCase, []byte) []byte { return nil },
-		header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) {
-			for i := 0; i+1 < len(kv); i += 2 {
-				h.Set(kv[i], kv[i+1])
-			}
-		},
-		want: []string{outInvalid}}
-}
-
 // hostileCorpus is what mallory sends. want lists the acceptable
 // outcomes: invalid wherever the message is not a valid envelope for the
 // receiver; a valid envelope with hostile headers the runtime does not
@@ -212,11 +199,11 @@ func hostileCorpus() []hostileCase {
 	add(
 		hostileCase{category: "client library", name: "Nats-Pin-Id on a valid request", to: "validator", prio: agentkit.PriorityLow,
 			header: withHeader("Nats-Pin-Id", "forged-pin"), want: invOrHandled},
-		statusOnly("empty body, Status 404 No Messages", "Status", "404", "Description", "No Messages"),
-		statusOnly("empty body, Status 409 Consumer Deleted", "Status", "409", "Description", "Consumer Deleted"),
-		statusOnly("empty body, Status 100 Idle Heartbeat", "Status", "100", "Description", "Idle Heartbeat"),
-		statusOnly("empty body, Status 408 with bad Nats-Pending-Messages", "Status", "408", "Nats-Pending-Messages", "lots"),
-		statusOnly("empty body, Status 400 Bad Request", "Status", "400", "Description", "Bad Request"),
+		// Empty bodies with a Status header, which nats.go takes for the
+		// server's status messages, are left to
+		// agentkit's TestHostileInput_ForgedStatusMessages: they never
+		// reach the runtime, and some end the receiver's iterator, which
+		// costs the messages in flight an attempt.
 		hostileCase{category: "client library", name: "valid request with Status 409 headers", to: "executor", prio: agentkit.PriorityLow,
 			header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) {
 				h.Set("Status", "409")
@@ -342,7 +329,8 @@ func hostileCorpus() []hostileCase {
 		hostileCase{category: "body: routing", name: "no receiver_id on a direct subject", env: func(e map[string]any) { delete(e, "receiver_id") }, want: inv},
 		hostileCase{category: "body: routing", name: "priority high in the body, normal subject", prio: agentkit.PriorityNormal, env: setField("priority", "high"), want: inv},
 		hostileCase{category: "body: routing", name: "unknown priority urgent", env: setField("priority", "urgent"), want: inv},
-		hostileCase{category: "body: routing", name: "priority medium", env: setField("priority", "medium"), want: inv},
+		// "medium" is an accepted synonym of normal, on a normal subject.
+		hostileCase{category: "body: routing", name: "priority medium", env: setField("priority", "medium"), want: []string{outHandled}},
 		hostileCase{category: "body: routing", name: "broadcast naming a receiver", kind: subjects.KindBroadcast, prio: agentkit.PriorityNormal, env: setField("receiver_id", "planner"), want: inv},
 		hostileCase{category: "body: routing", name: "broadcast with a spoofed sender", kind: subjects.KindBroadcast, prio: agentkit.PriorityNormal, env: setField("sender_id", goodSender), want: inv},
 		hostileCase{category: "body: routing", name: "topic message naming another topic", kind: subjects.KindTopic, prio: agentkit.PriorityNormal, env: setField("topic", "other"), want: inv},
