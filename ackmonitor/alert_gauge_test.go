@@ -143,10 +143,12 @@ func firingLedger(t *testing.T, st store.Store, agent string) {
 	if _, err := st.Apply(ctx, b); err != nil {
 		t.Fatal(err)
 	}
+	var done []store.FollowUp
 	for _, k := range nacked { // so no monitor tries to dead-letter messages that are not in the stream
-		if err := st.CompleteFollowUp(ctx, store.FollowUp{Key: k, HandledAt: now}); err != nil {
-			t.Fatal(err)
-		}
+		done = append(done, store.FollowUp{Key: k, HandledAt: now})
+	}
+	if err := st.CompleteFollowUps(ctx, done); err != nil {
+		t.Fatal(err)
 	}
 	if r := rateOf(t, st, agent, "normal"); r.Acked != 17 || r.Nacked != 3 || r.TimedOut != 0 {
 		t.Fatalf("ledger rate %+v, want 17 ACKs and 3 NACKs", r)

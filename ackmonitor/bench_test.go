@@ -3,6 +3,7 @@ package ackmonitor_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,4 +213,142 @@ func benchLive(b *testing.B, kind storeKind) {
 func lastRowDone(st store.Store, n int) bool {
 	r, err := st.Get(context.Background(), store.Key{StreamSeq: uint64(n), Consumer: "b_normal"})
 	return err == nil && !r.SentAt.IsZero() && r.Status == store.StatusACK
+}
+
+// BenchmarkDeadLetters measures the follow-up path: b.N terminated
+// messages, their originals in the message stream and their sends and
+// TERM events in the ledger (as the intakes write them), are copied to
+// the dead-letter stream and their rows completed by a monitor that finds
+// them all due when it becomes active. Reported: dead-letters/s, from the
+// moment the monitor is active to the last row recorded. The cluster
+// variant runs on three nodes with R3 streams and steps the leader of the
+// dead-letter stream down every 250ms meanwhile. Run with e.g.
+// -bench DeadLetters -benchtime 2000x.
+func BenchmarkDeadLetters(b *testing.B) {
+	for _, kind := range []storeKind{sqliteStore, postgresStore} {
+		b.Run(string(kind), func(b *testing.B) {
+			s := natstest.RunServer(b)
+			benchDeadLetters(b, kind, func() *nats.Conn { return natstest.Connect(b, s) }, 1, nil)
+		})
+	}
+	b.Run("cluster-stepdowns", func(b *testing.B) {
+		c := natstest.RunCluster(b, 3)
+		admin := c.Connect(b)
+		stepDown := func() {
+			_, _ = admin.Request(subjects.API("STREAM", "LEADER", "STEPDOWN", subjects.Default.DLQStream()), nil, time.Second)
+		}
+		benchDeadLetters(b, sqliteStore, func() *nats.Conn { return c.Connect(b) }, 3, stepDown)
+	})
+}
+
+func benchDeadLetters(b *testing.B, kind storeKind, connect func() *nats.Conn, replicas int, stepDown func()) {
+	ctx := context.Background()
+	js, err := jetstream.New(connect())
+	if err != nil {
+		b.Fatal(err)
+	}
+	natstest.WaitFor(b, 30*time.Second, func() error {
+		return agentkit.EnsureStream(ctx, js, agentkit.StreamConfig(subjects.Default, replicas))
+	})
+	st := openStore(b, kind)
+	n := b.N
+	body := []byte(`{"acl":"1","payload":"` + strings.Repeat("x", 480) + `"}`)
+	now := time.Now().UTC()
+	var batch store.Batch
+	for i := range n {
+		id := "dead-" + strconv.Itoa(i)
+		msg := &nats.Msg{Subject: "mesh.agent.b.normal.a", Data: body, Header: nats.Header{
+			agentkit.HeaderMsgID: {id}, agentkit.HeaderType: {"request"}, agentkit.HeaderAction: {"work"}}}
+		if _, err := js.PublishMsgAsync(msg); err != nil {
+			b.Fatal(err)
+		}
+		seq := uint64(i + 1)
+		batch.Sends = append(batch.Sends, store.Send{StreamSeq: seq, MessageID: id, Sender: "a", Receiver: "b", Kind: "agent",
+			Priority: "normal", MessageType: "request", Action: "work", SentAt: now})
+		batch.Events = append(batch.Events, store.Event{ID: "term-" + id, Kind: store.EventTerm, Consumer: "b_normal",
+			Receiver: "b", Priority: "normal", StreamSeq: seq, Deliveries: 1, Reason: "REJECTED: no", At: now})
+		if len(batch.Sends) == 1000 || i == n-1 {
+			if _, err := st.Apply(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = store.Batch{}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatal("originals not stored")
+	}
+	cfg := fastConfig(st)
+	cfg.Replicas, cfg.UnavailableFor = replicas, -1
+	mon, err := ackmonitor.New(connect(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	b.ResetTimer()
+	go func() { done <- mon.Run(rctx) }()
+	for !mon.Active() {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	stop := make(chan struct{})
+	stepping := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { stepping <- n }()
+		if stepDown == nil {
+			return
+		}
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			stepDown()
+			n++
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	for {
+		due, err := st.PendingFollowUps(ctx, store.Key{}, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(due) == 0 {
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			b.Fatal("follow-ups not done in 10 minutes")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(stop)
+	stepDowns := <-stepping
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	recs, err := st.Messages(ctx, store.Query{DeadLetter: true, Limit: 1})
+	if err != nil || len(recs) != 1 {
+		b.Fatalf("dead-lettered rows: %v, %v", recs, err)
+	}
+	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if info.State.Msgs != uint64(n) {
+		b.Fatalf("the DLQ holds %d copies of %d messages", info.State.Msgs, n)
+	}
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "dead-letters/s")
+	b.Logf("%s: %d dead letters in %v (%d DLQ leader step-downs)", kind, n, elapsed, stepDowns)
 }

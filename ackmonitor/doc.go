@@ -126,6 +126,12 @@
 // behind it go ahead. Each failure is logged and counted in
 // ackmonitor_follow_up_failures_total.
 //
+// Rows are followed up 256 at a time, each step for all of them at once:
+// the originals are read concurrently, the copies published without
+// waiting for each other's acks, the escalations sent concurrently, and
+// the ledger written once per step (BenchmarkDeadLetters measures the
+// pace).
+//
 // # Rows that stay pending
 //
 // A row without a final status is pending: its message is in flight or

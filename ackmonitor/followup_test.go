@@ -163,17 +163,17 @@ func TestFollowUp_RetriedAfterItsCopyStoresEachOnce(t *testing.T) {
 	}
 }
 
-// failingCompletions fails the first left CompleteFollowUp calls.
+// failingCompletions fails the first left CompleteFollowUps calls.
 type failingCompletions struct {
 	store.Store
 	left atomic.Int32
 }
 
-func (s *failingCompletions) CompleteFollowUp(ctx context.Context, f store.FollowUp) error {
+func (s *failingCompletions) CompleteFollowUps(ctx context.Context, fs []store.FollowUp) error {
 	if s.left.Add(-1) >= 0 {
 		return errors.New("instance dying")
 	}
-	return s.Store.CompleteFollowUp(ctx, f)
+	return s.Store.CompleteFollowUps(ctx, fs)
 }
 
 // TestFollowUp_FailingRowsDoNotHoldUpOthers: a full page of rows whose

@@ -148,7 +148,11 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 	var nakedUntil int64
 	through := func(pulled int64) {
 		if isEvents && pulled > nakedUntil {
-			m.eventsThrough.Store(pulled)
+			// The follow-up loop waits for this after a takeover: it is
+			// woken, not left to its next tick.
+			if at := m.followUpAt.Load(); m.eventsThrough.Swap(pulled) < at && pulled >= at {
+				m.wake()
+			}
 		}
 	}
 	for ctx.Err() == nil {

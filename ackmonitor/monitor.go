@@ -26,6 +26,7 @@ type Monitor struct {
 	cfg     Config
 	nc      *nats.Conn
 	js      jetstream.JetStream
+	dlq     jetstream.JetStream // stores dead-letter copies (followUpBatch)
 	sender  *agentkit.Agent
 	metrics *metrics
 	started time.Time
@@ -77,6 +78,13 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ackmonitor: jetstream: %w", err)
 	}
+	// Copies are published asynchronously, a page at a time, each acked
+	// or failed within copyTimeout.
+	dlq, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(copyTimeout),
+		jetstream.WithPublishAsyncMaxPending(2*followUpPage))
+	if err != nil {
+		return nil, fmt.Errorf("ackmonitor: jetstream: %w", err)
+	}
 	sender, err := agentkit.New(nc, cfg.MonitorID, agentkit.WithScheme(cfg.Scheme), agentkit.WithLogger(cfg.Logger),
 		agentkit.WithReplicas(cfg.Replicas))
 	if err != nil {
@@ -85,7 +93,7 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 	if cfg.Directors == nil {
 		cfg.Directors = &RegistryDirectors{JS: js, Bucket: cfg.Scheme.RegistryBucket(), Default: cfg.DefaultDirector}
 	}
-	m := &Monitor{cfg: cfg, nc: nc, js: js, sender: sender, metrics: newMetrics(), ready: make(chan struct{}),
+	m := &Monitor{cfg: cfg, nc: nc, js: js, dlq: dlq, sender: sender, metrics: newMetrics(), ready: make(chan struct{}),
 		kick: make(chan struct{}, 1), started: time.Now(), direct: newDirectEvents(directRemembered)}
 	m.eventPin.Store("")
 	return m, nil

@@ -350,6 +350,12 @@ type Query struct {
 	Limit      int  // default 100
 }
 
+// DeadLetter is where the dead-letter copy of a row is stored.
+type DeadLetter struct {
+	Key    Key
+	DLQSeq uint64
+}
+
 // FollowUp is the result of dead-lettering and escalating a row.
 type FollowUp struct {
 	Key          Key
@@ -423,12 +429,14 @@ type Store interface {
 	// rows not yet followed up, in key order (stream sequence, then consumer),
 	// after the key after.
 	PendingFollowUps(ctx context.Context, after Key, limit int) ([]Record, error)
-	// RecordDeadLetter records that the dead-letter copy of a row pending
-	// follow-up is stored at DLQ stream sequence seq, so a retried
-	// follow-up does not copy it again.
-	RecordDeadLetter(ctx context.Context, k Key, seq uint64) error
-	// CompleteFollowUp records the dead letter and escalation of a row.
-	CompleteFollowUp(ctx context.Context, f FollowUp) error
+	// RecordDeadLetters records, in one transaction, where the dead-letter
+	// copies of rows pending follow-up are stored, so a retried follow-up
+	// does not copy them again. Rows that exist are written; when some
+	// key has no row, the error matches [ErrNotFound].
+	RecordDeadLetters(ctx context.Context, ds []DeadLetter) error
+	// CompleteFollowUps records, in one transaction, the dead letters and
+	// escalations of rows; missing rows as for RecordDeadLetters.
+	CompleteFollowUps(ctx context.Context, fs []FollowUp) error
 	// MarkUnavailable marks agent potentially unavailable since at; a later
 	// ACK from the agent (in Apply) marks it available again.
 	MarkUnavailable(ctx context.Context, agent, reason string, at time.Time) error

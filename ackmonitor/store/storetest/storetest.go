@@ -549,24 +549,28 @@ func testFollowUps(t *testing.T, s store.Store) {
 		t.Fatalf("pending after %v = %+v, %v", p[0].Key(), after, err)
 	}
 	// The dead letter is recorded ahead of the rest: the row stays due.
-	if err := s.RecordDeadLetter(ctx(t), p[0].Key(), 5); err != nil {
+	if err := s.RecordDeadLetters(ctx(t), []store.DeadLetter{{Key: p[0].Key(), DLQSeq: 5}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordDeadLetter(ctx(t), store.Key{StreamSeq: 99, Consumer: "x_normal"}, 5); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("RecordDeadLetter of a missing row: %v", err)
+	if err := s.RecordDeadLetters(ctx(t), nil); err != nil {
+		t.Fatalf("no dead letters: %v", err)
+	}
+	missing := store.Key{StreamSeq: 99, Consumer: "x_normal"}
+	if err := s.RecordDeadLetters(ctx(t), []store.DeadLetter{{Key: missing, DLQSeq: 5}}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RecordDeadLetters of a missing row: %v", err)
 	}
 	if again, err := s.PendingFollowUps(ctx(t), store.Key{}, 10); err != nil || len(again) != 2 || again[0].DLQSeq != 5 || again[1].DLQSeq != 0 {
 		t.Fatalf("pending after a recorded dead letter = %+v, %v", again, err)
 	}
+	// The existing rows are written though one is missing.
 	done := base.Add(time.Second)
-	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: p[0].Key(), DLQSeq: 5, Director: "boss", EscalationID: "e1", EscalatedAt: done, HandledAt: done}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: p[1].Key(), DLQSeq: 6, HandledAt: done}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CompleteFollowUp(ctx(t), store.FollowUp{Key: store.Key{StreamSeq: 99, Consumer: "x_normal"}, HandledAt: done}); err == nil {
-		t.Fatal("CompleteFollowUp of a missing row succeeded")
+	err = s.CompleteFollowUps(ctx(t), []store.FollowUp{
+		{Key: p[1].Key(), DLQSeq: 6, HandledAt: done},
+		{Key: missing, HandledAt: done},
+		{Key: p[0].Key(), DLQSeq: 5, Director: "boss", EscalationID: "e1", EscalatedAt: done, HandledAt: done},
+	})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("CompleteFollowUps with a missing row: %v", err)
 	}
 	if p, _ := s.PendingFollowUps(ctx(t), store.Key{}, 10); len(p) != 0 {
 		t.Fatalf("still pending: %+v", p)
@@ -578,6 +582,41 @@ func testFollowUps(t *testing.T, s store.Store) {
 	dlq, err := s.Messages(ctx(t), store.Query{DeadLetter: true})
 	if err != nil || len(dlq) != 2 || dlq[0].DLQSeq != 6 {
 		t.Fatalf("dead letters = %+v, %v", dlq, err)
+	}
+
+	// Many rows in one call, more than a statement takes.
+	const n = 1200
+	var b store.Batch
+	for i := range n {
+		seq := uint64(100 + i)
+		e := ev(store.EventTerm, seq, "b_normal", 1, base)
+		e.Reason = "REJECTED: no"
+		b.Sends, b.Events = append(b.Sends, send(seq, "a", "b", base)), append(b.Events, e)
+	}
+	mustApply(t, s, b)
+	var ds []store.DeadLetter
+	var fs []store.FollowUp
+	for i := range n {
+		k := store.Key{StreamSeq: uint64(100 + i), Consumer: "b_normal"}
+		ds = append(ds, store.DeadLetter{Key: k, DLQSeq: uint64(1000 + i)})
+		if i%2 == 0 {
+			fs = append(fs, store.FollowUp{Key: k, DLQSeq: uint64(1000 + i), HandledAt: done})
+		}
+	}
+	if err := s.RecordDeadLetters(ctx(t), ds); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompleteFollowUps(ctx(t), fs); err != nil {
+		t.Fatal(err)
+	}
+	due, err := s.PendingFollowUps(ctx(t), store.Key{}, 2*n)
+	if err != nil || len(due) != n/2 {
+		t.Fatalf("%d rows due, %v; want %d", len(due), err, n/2)
+	}
+	for _, r := range due {
+		if r.StreamSeq%2 != 1 || r.DLQSeq != 900+r.StreamSeq || !r.HandledAt.IsZero() {
+			t.Fatalf("row due %+v", r)
+		}
 	}
 }
 
