@@ -353,9 +353,16 @@ func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err e
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
 		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 		defer cancel()
+		var answer answerTime
 		err = backoff.Retry(func() error {
+			if answer.tooLate(ctx) {
+				<-ctx.Done() // as if the backoff had lasted until the deadline
+				return ctx.Err()
+			}
 			a.stats.publishRetries.Add(1)
+			start := time.Now()
 			err := a.publishOnce(ctx, msg)
+			answer.observe(time.Since(start), err)
 			tried.add(err)
 			if err != nil && ctx.Err() == nil {
 				cause = err
@@ -497,6 +504,36 @@ func (t attempts) failure(what string, err, cause error) error {
 	return fmt.Errorf("%w: %s: %w", ErrPublish, what, err)
 }
 
+// answerTime is how long the stream took to answer (refusing, or with
+// no stream there) the last attempt it answered. A retry is only started
+// if its answer may come back before the deadline: one started later would
+// most likely end unanswered, turning the answers so far ("not stored")
+// into "may have been stored" for nothing.
+type answerTime time.Duration
+
+// observe records an attempt that took d and failed with err; only a
+// failure the stream answered says how long answers take.
+func (t *answerTime) observe(d time.Duration, err error) {
+	if streamAnswered(err) {
+		*t = answerTime(d)
+	}
+}
+
+// streamAnswered reports whether err is the failure of an attempt the
+// stream, or the server for it, answered in time.
+func streamAnswered(err error) bool {
+	o := publishOutcome(err)
+	return err != nil && (o == pubNone || o == pubRefused)
+}
+
+// tooLate reports whether ctx ends before the answer to an attempt
+// started now can be expected: in less than four of the last answers'
+// time, a margin for a busy stream or machine.
+func (t answerTime) tooLate(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && t > 0 && time.Until(deadline) < 4*time.Duration(t)
+}
+
 // NewRequest returns a request envelope from this agent to agent to,
 // ready for [Agent.SendEnvelope] or [Agent.SendBatch]. Inside a handler it
 // inherits the handled message's ids like [Agent.Send].
@@ -609,11 +646,15 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 	fast := a.publishFast(ctx, msgs, tried)
 	todo := seq(fast, len(envs))
 	b := publishBackOff()
+	var answer answerTime
 	for {
+		start := time.Now()
 		a.publishEach(ctx, msgs, todo, errs)
-		retry := todo[:0]
+		took := time.Since(start)
+		retry, answered := todo[:0], true
 		for _, i := range todo {
 			tried[i].add(errs[i])
+			answered = answered && (errs[i] == nil || streamAnswered(errs[i]))
 			if errs[i] != nil && retryablePublish(errs[i]) && ctx.Err() == nil {
 				retry = append(retry, i)
 			}
@@ -621,9 +662,17 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
 		if len(retry) == 0 {
 			break
 		}
+		if answered {
+			// Every failure was answered: the round took as long as the
+			// stream's answers did.
+			answer = answerTime(took)
+		}
 		select {
 		case <-time.After(b.NextBackOff()):
 		case <-ctx.Done():
+		}
+		if answer.tooLate(ctx) {
+			<-ctx.Done() // as if the backoff had lasted until the deadline
 		}
 		if ctx.Err() != nil {
 			break // errs keeps each message's last failure

@@ -305,3 +305,31 @@ func TestSendLine_MemberInBatchIsUnconfirmed(t *testing.T) {
 		t.Fatalf("leader: %v, want ErrPublishUnconfirmed", err)
 	}
 }
+
+// A retry is started only if the stream's answer to it may come back
+// before the deadline, judging by how long the last answer took; only an
+// answered failure says how long answers take.
+func TestAnswerTime(t *testing.T) {
+	deadline := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	var answer answerTime
+	if answer.tooLate(deadline(time.Millisecond)) {
+		t.Fatal("too late before any answer")
+	}
+	answer.observe(10*time.Millisecond, jetstream.ErrNoStreamResponse)
+	answer.observe(time.Minute, jetstream.ErrAsyncPublishTimeout) // unanswered: says nothing
+	answer.observe(time.Minute, unsent(context.Canceled))         // never sent: says nothing
+	answer.observe(time.Minute, nil)
+	if time.Duration(answer) != 10*time.Millisecond {
+		t.Fatalf("answer time %v, want the answered failure's 10ms", time.Duration(answer))
+	}
+	if !answer.tooLate(deadline(20 * time.Millisecond)) {
+		t.Error("a retry 20ms before the deadline, answers taking 10ms: want too late")
+	}
+	if answer.tooLate(deadline(time.Minute)) || answer.tooLate(context.Background()) {
+		t.Error("too late with a minute left, or no deadline")
+	}
+}
