@@ -31,6 +31,13 @@
 // after a failure (agentkit retries with exponential backoff) or a resend
 // with [WithMessageID] is stored and delivered once.
 //
+// A ctx that has already ended publishes nothing and returns its error;
+// after Stop or Drain every send fails with [ErrClosed]. A failed send is
+// [ErrPublish] when the stream did not store the message (send it again
+// freely), [ErrPublishUnconfirmed] when it may have (send the same
+// envelope again, with [Agent.SendEnvelope] or [WithMessageID], within the
+// stream's 2-minute duplicate window: it is stored once).
+//
 // # Delivery and outcomes
 //
 // Each priority has a [DeliveryPolicy]: the ack timeout of every attempt
@@ -153,7 +160,8 @@
 // # Errors
 //
 // Sentinel errors ([ErrInvalidEnvelope], [ErrInvalidID], [ErrTimeout],
-// [ErrPublish], ...) are wrapped with context; match them with errors.Is.
+// [ErrPublish], [ErrPublishUnconfirmed], [ErrClosed], [ErrConnClosed],
+// ...) are wrapped with context; match them with errors.Is.
 // An error another agent sent back is an [*Error] with a closed [ErrorCode]:
 // use errors.As, [CodeOf], [IsRemote] and [IsRetryable].
 package agentkit
