@@ -78,6 +78,16 @@ type Config struct {
 	// (status INVALID) are not escalated: they are their sender's failure,
 	// not their receiver's. Default false.
 	EscalateTerminated bool
+	// FollowUpAttempts is how many tries a row's follow-up (its dead
+	// letter, its escalation) gets before the monitor gives it up: the
+	// row is no longer tried, and shows its reason on
+	// /api/v1/messages?status=given_up and in
+	// ackmonitor_follow_ups_given_up_total. A try that fails for a reason
+	// no try can change (the DLQ stream refuses the copy as such) gives
+	// up at once. Tries are spaced 1s apart, doubling to a minute, so the
+	// default of 20 is about a quarter of an hour of failures, longer
+	// than a DLQ stream without a leader lasts in a healthy cluster.
+	FollowUpAttempts int
 	// UnavailableFor is how long an agent reads UNAVAILABLE in the agent
 	// registry after one of its messages exhausted its deliveries (seed
 	// 000: "mark agent as potentially unavailable"), so discovery and
@@ -157,6 +167,9 @@ func (c *Config) setDefaults() {
 	if c.DefaultDirector == "" {
 		c.DefaultDirector = "director"
 	}
+	if c.FollowUpAttempts == 0 {
+		c.FollowUpAttempts = 20
+	}
 	def(&c.UnavailableFor, time.Minute)
 	def(&c.RollupInterval, 10*time.Second)
 	def(&c.ReconcileInterval, 30*time.Second)
@@ -188,6 +201,8 @@ func (c *Config) Validate() error {
 	case c.Window < time.Second || c.EvaluateInterval <= 0 || c.RollupInterval <= 0 || c.StatusInterval <= 0 ||
 		c.ReconcileInterval <= 0:
 		return bad("Window must be ≥ 1s and the intervals positive")
+	case c.FollowUpAttempts < 1:
+		return bad("FollowUpAttempts %d must be at least 1", c.FollowUpAttempts)
 	case c.StalePendingAfter <= 0:
 		return bad("StalePendingAfter %v must be positive", c.StalePendingAfter)
 	case !(0 < t.AckCritical && t.AckCritical <= t.AckWarning && t.AckWarning <= 1):

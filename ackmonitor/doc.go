@@ -124,7 +124,16 @@
 // director) leaves the row pending; it is tried again after 1s (or
 // EvaluateInterval, if longer), doubling to a minute, while the rows
 // behind it go ahead. Each failure is logged and counted in
-// ackmonitor_follow_up_failures_total.
+// ackmonitor_follow_up_failures_total, and in the row
+// (follow_up_attempts, follow_up_error). A follow-up that cannot succeed
+// is given up: at once when the failure is permanent (the DLQ stream
+// refuses the copy as a bad request, e.g. above its maximum message size;
+// agentkit refuses the escalation envelope), else after FollowUpAttempts
+// tries (default 20, about a quarter of an hour). A given-up row is no
+// longer tried; it keeps what its follow-up did (e.g. its dead letter when
+// only the escalation failed), records when and why (given_up_at,
+// follow_up_error), is listed by /api/v1/messages?status=given_up and
+// counted in ackmonitor_follow_ups_given_up_total.
 //
 // Rows are followed up 256 at a time, each step for all of them at once:
 // the originals are read concurrently, the copies published without
@@ -186,7 +195,8 @@
 //
 //   - agent (/messages, /timeseries): an agent id, a subject token
 //     ([A-Za-z0-9_-], at most 64 characters);
-//   - status (/messages): ACK, NACK, TIMEOUT, INVALID, or pending: rows without a
+//   - status (/messages): ACK, NACK, TIMEOUT, INVALID, given_up (rows whose
+//     follow-up was given up, newest first), or pending: rows without a
 //     final status, oldest first (the others come newest first);
 //   - limit (/alerts, /escalations, /dlq, /messages): a positive integer;
 //     above 1000 it is lowered to 1000;

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // followUpLoop dead-letters and escalates final TIMEOUT, NACK and INVALID
@@ -98,18 +99,7 @@ func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]follow
 		if ctx.Err() != nil {
 			return
 		}
-		for _, t := range tasks {
-			k := t.r.Key()
-			if t.err == nil {
-				delete(retries, k)
-				continue
-			}
-			retry := retries[k]
-			retry.wait = min(max(2*retry.wait, m.cfg.EvaluateInterval, time.Second), maxFollowUpWait)
-			retries[k] = followUpRetry{at: time.Now().Add(retry.wait), wait: retry.wait}
-			m.metrics.followUpErr.Inc()
-			m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer, "in", retry.wait, "err", t.err)
-		}
+		m.failed(ctx, tasks, retries)
 		if len(recs) < followUpPage {
 			break
 		}
@@ -120,6 +110,63 @@ func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]follow
 		}
 	}
 }
+
+// failed records the batch's failed tries: each counts in its row, and a
+// row whose failure is permanent, or that has had FollowUpAttempts
+// tries, is given up; the others are tried again later (retries). A
+// failure to record them is logged: the tries are counted again next time
+// and the retries stand.
+func (m *Monitor) failed(ctx context.Context, tasks []*followUpTask, retries map[store.Key]followUpRetry) {
+	now := time.Now()
+	var fs []store.FollowUpFailure
+	for _, t := range tasks {
+		k := t.r.Key()
+		if t.err == nil {
+			delete(retries, k)
+			continue
+		}
+		m.metrics.followUpErr.Inc()
+		attempts := t.r.FollowUpAttempts + 1
+		f := store.FollowUpFailure{Key: k, Reason: clip(t.err.Error(), maxHeaderValue), At: now.UTC(),
+			GiveUp: permanent(t.err) || attempts >= m.cfg.FollowUpAttempts}
+		fs = append(fs, f)
+		if f.GiveUp {
+			delete(retries, k)
+			m.metrics.givenUp.WithLabelValues(t.r.Receiver, t.r.Priority).Inc()
+			m.cfg.Logger.Error("follow-up given up", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer, "attempts", attempts,
+				"dead_lettered", t.done.DLQSeq != 0, "err", t.err)
+			continue
+		}
+		retry := retries[k]
+		retry.wait = min(max(2*retry.wait, m.cfg.EvaluateInterval, time.Second), maxFollowUpWait)
+		retries[k] = followUpRetry{at: now.Add(retry.wait), wait: retry.wait}
+		m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer,
+			"attempts", attempts, "in", retry.wait, "err", t.err)
+	}
+	if len(fs) == 0 {
+		return
+	}
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	if err := m.cfg.Store.FailFollowUps(wctx, fs); err != nil && !errors.Is(err, store.ErrNotFound) {
+		m.cfg.Logger.Warn("recording failed follow-ups", "n", len(fs), "err", err)
+	}
+}
+
+// permanent reports whether a follow-up that failed with err fails at
+// every try: the stream refuses the copy as such (a bad request, not an
+// outage), nats.go refuses to send it, the row makes no valid subject, or
+// agentkit refuses the escalation envelope.
+func permanent(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 400 ||
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg) ||
+		errors.Is(err, subjects.ErrInvalidToken) || errors.Is(err, agentkit.ErrInvalidEnvelope) ||
+		errors.Is(err, errPermanent)
+}
+
+// errPermanent marks a follow-up error that no try can change.
+var errPermanent = errors.New("permanent")
 
 // followedUp reports whether rows of status are dead-lettered (and maybe
 // escalated): every final status but ACK.
@@ -468,7 +515,7 @@ func (m *Monitor) escalateAll(ctx context.Context, tasks []*followUpTask, now ti
 		director := directors[t.esc.Sender].director
 		payload, err := json.Marshal(t.esc)
 		if err != nil {
-			t.fail(fmt.Errorf("ackmonitor: escalation payload: %w", err))
+			t.fail(fmt.Errorf("ackmonitor: escalation payload (%w): %w", errPermanent, err))
 			return
 		}
 		env := agentkit.NewEnvelope(agentkit.TypeNotification, m.cfg.MonitorID, ActionEscalation)

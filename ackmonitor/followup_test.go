@@ -2,10 +2,13 @@ package ackmonitor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -307,5 +310,111 @@ func TestFollowUp_DeadLettersOfMessagesWithoutIDs(t *testing.T) {
 		if got := msg.Header.Get(ackmonitor.HeaderDLQStreamSeq); got != strconv.FormatUint(r.StreamSeq, 10) {
 			t.Errorf("row %d/%s records dead letter %d, the copy of stream seq %s", r.StreamSeq, r.Consumer, r.DLQSeq, got)
 		}
+	}
+}
+
+// givenUp returns the rows given up, via the API, and the count in
+// ackmonitor_follow_ups_given_up_total for worker/normal.
+func givenUp(t *testing.T, url string) ([]store.Record, float64) {
+	t.Helper()
+	res, err := http.Get(url + "/api/v1/messages?status=given_up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body struct{ Messages []store.Record }
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("given_up: %s", res.Status)
+	}
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	n, err := metricstest.Value(url+"/metrics", `ackmonitor_follow_ups_given_up_total{agent="worker",priority="normal"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body.Messages, n
+}
+
+// TestFollowUp_GivenUpWhenTheCopyIsRefused: a copy the DLQ stream refuses
+// as such (here: above its maximum message size) can never be stored, so
+// its row is given up at the first failure, with the reason, and is no
+// longer due; the rows behind it are dead-lettered.
+func TestFollowUp_GivenUpWhenTheCopyIsRefused(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	js := m.jetstream()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: subjects.Default.DLQStream(), Subjects: subjects.Default.DLQSubjects(),
+		MaxMsgSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	termAll(t, js, func(jetstream.Msg) string { return "REJECTED: no" })
+	mon := startMonitor(t, m.s, fastConfig(st))
+	api := httptest.NewServer(mon.Handler())
+	t.Cleanup(api.Close)
+	for _, size := range []int{8000, 10} {
+		if _, err := js.Publish(ctx, "mesh.agent.worker.normal.client", make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "the small one dead-lettered", func() bool {
+		r, err := st.Get(ctx, store.Key{StreamSeq: 2, Consumer: "worker_normal"})
+		return err == nil && r.DLQSeq != 0
+	})
+	eventually(t, 30*time.Second, "the large one given up", func() bool {
+		rows, _ := givenUp(t, api.URL)
+		return len(rows) == 1
+	})
+	rows, n := givenUp(t, api.URL)
+	r := rows[0]
+	if r.StreamSeq != 1 || r.FollowUpAttempts != 1 || r.GivenUpAt.IsZero() || r.DLQSeq != 0 ||
+		!strings.Contains(r.FollowUpError, "maximum") || n != 1 {
+		t.Fatalf("given up: %+v, counted %v; want row 1 after one try, with the stream's reason", r, n)
+	}
+	if due, err := st.PendingFollowUps(ctx, store.Key{}, 10); err != nil || len(due) != 0 {
+		t.Fatalf("due: %+v, %v", due, err)
+	}
+}
+
+// TestFollowUp_GivenUpAfterItsAttempts: a follow-up that keeps failing (no
+// director for its sender) is given up after FollowUpAttempts tries, with
+// the last error; its dead letter, stored by the first try, stays.
+func TestFollowUp_GivenUpAfterItsAttempts(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	js := m.jetstream()
+	termAll(t, js, func(jetstream.Msg) string { return "REJECTED: no" })
+	var lookups atomic.Int32
+	cfg := fastConfig(st)
+	cfg.EscalateTerminated, cfg.FollowUpAttempts = true, 3
+	cfg.Directors = ackmonitor.DirectorFunc(func(context.Context, string) (string, error) {
+		lookups.Add(1)
+		return "", errors.New("no director for client")
+	})
+	mon := startMonitor(t, m.s, cfg)
+	api := httptest.NewServer(mon.Handler())
+	t.Cleanup(api.Close)
+	if _, err := js.Publish(ctx, "mesh.agent.worker.normal.client", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the row given up", func() bool {
+		rows, _ := givenUp(t, api.URL)
+		return len(rows) == 1
+	})
+	rows, n := givenUp(t, api.URL)
+	r := rows[0]
+	if r.FollowUpAttempts != 3 || r.FollowUpError != "no director for client" || r.DLQSeq == 0 || !r.EscalatedAt.IsZero() || n != 1 {
+		t.Fatalf("given up: %+v, counted %v; want 3 tries, the director's error, the dead letter kept", r, n)
+	}
+	if got := lookups.Load(); got != 3 {
+		t.Fatalf("%d director lookups, want 3", got)
+	}
+	failures, err := metricstest.Value(api.URL+"/metrics", "ackmonitor_follow_up_failures_total")
+	if err != nil || failures != 3 {
+		t.Fatalf("failures %v, %v; want 3", failures, err)
 	}
 }

@@ -238,8 +238,11 @@ func (m *Monitor) Handler() http.Handler {
 	api("messages", func(r *http.Request) (any, error) {
 		p := params{q: r.URL.Query()}
 		q := store.Query{Receiver: p.agent("agent"), Status: p.status("status"), Limit: p.limit("limit", 100)}
-		if q.Status == statusPending {
+		switch q.Status {
+		case statusPending:
 			q.Status, q.Pending = "", true
+		case statusGivenUp:
+			q.Status, q.GivenUp = "", true
 		}
 		if p.err != nil {
 			return nil, p.err
@@ -328,11 +331,15 @@ func (p *params) agent(name string) string {
 	return v
 }
 
-// statusPending is the status parameter of rows without a final status.
-const statusPending = "pending"
+// The status parameters of rows without a final status, and of rows
+// whose follow-up was given up.
+const (
+	statusPending = "pending"
+	statusGivenUp = "given_up"
+)
 
 // ledgerStatuses are the statuses a ledger query can filter on.
-var ledgerStatuses = []string{store.StatusACK, store.StatusNACK, store.StatusTimeout, store.StatusInvalid, statusPending}
+var ledgerStatuses = []string{store.StatusACK, store.StatusNACK, store.StatusTimeout, store.StatusInvalid, statusPending, statusGivenUp}
 
 // status returns a ledger status parameter ("" when absent: any status).
 func (p *params) status(name string) string {

@@ -110,6 +110,8 @@ func TestHTTP_GoodParameters(t *testing.T) {
 		{"/api/v1/messages?agent=worker_1&status=ACK&limit=5000", nil},
 		{"/api/v1/messages?status=NACK", nil},
 		{"/api/v1/messages?status=TIMEOUT", nil},
+		{"/api/v1/messages?status=INVALID", nil},
+		{"/api/v1/messages?status=given_up&limit=10", nil},
 		{"/api/v1/alerts?all=1&limit=1", nil},
 		{"/api/v1/escalations?limit=20", nil},
 		{"/api/v1/dlq?limit=20", nil},

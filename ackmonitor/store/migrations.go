@@ -129,4 +129,14 @@ var migrations = []string{
 	DROP INDEX idx_ack_followup_due;
 	CREATE INDEX idx_ack_followup_due ON message_acknowledgments (stream_seq, consumer)
 	WHERE handled_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID');`,
+	// 6: follow-ups that can never succeed are given up (FailFollowUps):
+	// failed tries counted, the last error kept, and a given-up row no
+	// longer due.
+	`ALTER TABLE message_acknowledgments ADD COLUMN follow_up_attempts INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE message_acknowledgments ADD COLUMN follow_up_error TEXT NOT NULL DEFAULT '';
+	ALTER TABLE message_acknowledgments ADD COLUMN given_up_at BIGINT;
+	DROP INDEX idx_ack_followup_due;
+	CREATE INDEX idx_ack_followup_due ON message_acknowledgments (stream_seq, consumer)
+	WHERE handled_at IS NULL AND given_up_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID');
+	CREATE INDEX idx_ack_given_up ON message_acknowledgments (given_up_at) WHERE given_up_at IS NOT NULL;`,
 }

@@ -125,3 +125,24 @@ func TestMigration_InvalidTermsBecomeInvalid(t *testing.T) {
 		}
 	})
 }
+
+// Rows recorded before follow-ups could be given up keep what they had:
+// a row due stays due, with no failed try.
+func TestMigration_GiveUpColumns(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 20, 10, 30, 0, 0, time.UTC).UnixMicro()
+	upgrade(t, 5, func(t *testing.T, s *sqlStore) {
+		for seq, handled := range []any{nil, at} {
+			if _, err := s.db.Exec(s.q(`INSERT INTO message_acknowledgments (stream_seq, consumer, receiver_agent,
+				resolved_at, ack_status, handled_at, dlq_seq, created_at) VALUES (?, 'b_normal', 'b', ?, 'TIMEOUT', ?, 3, ?)`),
+				seq+1, at, handled, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, func(t *testing.T, s *sqlStore) {
+		due, err := s.PendingFollowUps(context.Background(), Key{}, 10)
+		if err != nil || len(due) != 1 || due[0].StreamSeq != 1 || due[0].DLQSeq != 3 || due[0].FollowUpAttempts != 0 || !due[0].GivenUpAt.IsZero() {
+			t.Fatalf("due = %+v, %v", due, err)
+		}
+	})
+}

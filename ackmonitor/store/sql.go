@@ -231,26 +231,27 @@ func (s *sqlStore) Close() error {
 const recordCols = `stream_seq, consumer, message_id, sender_agent, receiver_agent, workflow_execution_id,
 	correlation_id, in_reply_to, priority, sent_at, acknowledged_at, resolved_at, ack_status, nack_reason,
 	retry_count, deliveries, naks, timeouts, processing_time_ms, history, handled_at, escalated_at,
-	director, escalation_id, dlq_seq`
+	director, escalation_id, dlq_seq, follow_up_attempts, follow_up_error, given_up_at`
 
 type scanner interface{ Scan(...any) error }
 
 func scanRecord(sc scanner) (Record, error) {
 	var r Record
-	var sent, acked, resolved, handled, escalated, dlq sql.NullInt64
+	var sent, acked, resolved, handled, escalated, dlq, givenUp sql.NullInt64
 	var status sql.NullString
 	var proc sql.NullFloat64
 	var hist string
 	var seq int64
 	err := sc.Scan(&seq, &r.Consumer, &r.MessageID, &r.Sender, &r.Receiver, &r.Workflow, &r.Correlation,
 		&r.InReplyTo, &r.Priority, &sent, &acked, &resolved, &status, &r.NackReason, &r.RetryCount,
-		&r.Deliveries, &r.Naks, &r.Timeouts, &proc, &hist, &handled, &escalated, &r.Director, &r.EscalationID, &dlq)
+		&r.Deliveries, &r.Naks, &r.Timeouts, &proc, &hist, &handled, &escalated, &r.Director, &r.EscalationID, &dlq,
+		&r.FollowUpAttempts, &r.FollowUpError, &givenUp)
 	if err != nil {
 		return r, err
 	}
 	r.StreamSeq = uint64(seq)
 	r.SentAt, r.AcknowledgedAt, r.ResolvedAt = fromUS(sent), fromUS(acked), fromUS(resolved)
-	r.HandledAt, r.EscalatedAt = fromUS(handled), fromUS(escalated)
+	r.HandledAt, r.EscalatedAt, r.GivenUpAt = fromUS(handled), fromUS(escalated), fromUS(givenUp)
 	r.Status = status.String
 	if proc.Valid {
 		r.ProcessingTime = time.Duration(proc.Float64 * float64(time.Millisecond))
@@ -746,6 +747,10 @@ func (s *sqlStore) Messages(ctx context.Context, q Query) ([]Record, error) {
 		where = append(where, "dlq_seq IS NOT NULL")
 		order = "dlq_seq DESC"
 	}
+	if q.GivenUp {
+		where = append(where, "given_up_at IS NOT NULL")
+		order = "given_up_at DESC, stream_seq DESC, consumer"
+	}
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
@@ -943,7 +948,7 @@ func (s *sqlStore) PendingFollowUps(ctx context.Context, after Key, limit int) (
 		limit = 100
 	}
 	return s.queryRecords(ctx, `SELECT `+recordCols+` FROM message_acknowledgments WHERE handled_at IS NULL
-		AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID') AND (stream_seq, consumer) > (?, ?)
+		AND given_up_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID') AND (stream_seq, consumer) > (?, ?)
 		ORDER BY stream_seq, consumer LIMIT ?`, int64(after.StreamSeq), after.Consumer, limit)
 }
 
@@ -1041,6 +1046,22 @@ func (s *sqlStore) CompleteFollowUps(ctx context.Context, fs []FollowUp) error {
 	}
 	return s.updateRows(ctx, "follow-ups", `handled_at = v.column3, escalated_at = v.column4, director = v.column5,
 		escalation_id = v.column6, dlq_seq = v.column7`, []string{"BIGINT", "BIGINT", "TEXT", "TEXT", "BIGINT"}, keys, values)
+}
+
+// FailFollowUps keeps the first time a row was given up: a try that
+// failed on another instance meanwhile does not move or clear it.
+func (s *sqlStore) FailFollowUps(ctx context.Context, fs []FollowUpFailure) error {
+	fs = sortedUnique(fs, func(f FollowUpFailure) Key { return f.Key })
+	keys, values := make([]Key, len(fs)), make([][]any, len(fs))
+	for i, f := range fs {
+		var givenUp any
+		if f.GiveUp {
+			givenUp = f.At.UnixMicro()
+		}
+		keys[i], values[i] = f.Key, []any{text(f.Reason), givenUp}
+	}
+	return s.updateRows(ctx, "failed follow-ups", `follow_up_attempts = follow_up_attempts + 1,
+		follow_up_error = v.column3, given_up_at = COALESCE(given_up_at, v.column4)`, []string{"TEXT", "BIGINT"}, keys, values)
 }
 
 func (s *sqlStore) MarkUnavailable(ctx context.Context, agent, reason string, at time.Time) error {

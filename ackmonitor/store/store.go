@@ -134,6 +134,13 @@ type Record struct {
 	Director     string    `json:"director,omitempty"`
 	DLQSeq       uint64    `json:"dlq_seq,omitempty"`
 	EscalationID string    `json:"escalation_id,omitempty"`
+	// FollowUpAttempts counts the failed tries to follow the row up, and
+	// FollowUpError is the last one's error.
+	FollowUpAttempts int    `json:"follow_up_attempts,omitempty"`
+	FollowUpError    string `json:"follow_up_error,omitempty"`
+	// GivenUpAt is when the monitor gave the follow-up up, for
+	// FollowUpError: the row is no longer due (PendingFollowUps).
+	GivenUpAt time.Time `json:"given_up_at,omitzero"`
 }
 
 // Key returns the row's key.
@@ -347,6 +354,7 @@ type Query struct {
 	Pending    bool
 	Escalated  bool // only rows with an escalation
 	DeadLetter bool // only rows copied to the DLQ
+	GivenUp    bool // only rows whose follow-up was given up, newest first
 	Limit      int  // default 100
 }
 
@@ -364,6 +372,15 @@ type FollowUp struct {
 	EscalationID string
 	EscalatedAt  time.Time // zero when not escalated
 	HandledAt    time.Time
+}
+
+// FollowUpFailure is a failed try to follow a row up.
+type FollowUpFailure struct {
+	Key    Key
+	Reason string // the try's error (FollowUpError)
+	At     time.Time
+	// GiveUp says no try will succeed: the row is given up at At.
+	GiveUp bool
 }
 
 // Alert is one raised alert; it stays in the store after it is resolved.
@@ -426,7 +443,7 @@ type Store interface {
 	// out.
 	Pending(ctx context.Context, after Key, limit int) ([]Record, error)
 	// PendingFollowUps returns up to limit final TIMEOUT, NACK and INVALID
-	// rows not yet followed up, in key order (stream sequence, then consumer),
+	// rows not yet followed up nor given up, in key order (stream sequence, then consumer),
 	// after the key after.
 	PendingFollowUps(ctx context.Context, after Key, limit int) ([]Record, error)
 	// RecordDeadLetters records, in one transaction, where the dead-letter
@@ -437,6 +454,11 @@ type Store interface {
 	// CompleteFollowUps records, in one transaction, the dead letters and
 	// escalations of rows; missing rows as for RecordDeadLetters.
 	CompleteFollowUps(ctx context.Context, fs []FollowUp) error
+	// FailFollowUps records, in one transaction, failed tries to follow
+	// rows up: each counts in the row's FollowUpAttempts, its reason
+	// replaces FollowUpError, and one that gives up sets GivenUpAt;
+	// missing rows as for RecordDeadLetters.
+	FailFollowUps(ctx context.Context, fs []FollowUpFailure) error
 	// MarkUnavailable marks agent potentially unavailable since at; a later
 	// ACK from the agent (in Apply) marks it available again.
 	MarkUnavailable(ctx context.Context, agent, reason string, at time.Time) error

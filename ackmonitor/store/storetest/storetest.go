@@ -35,6 +35,7 @@ func Run(t *testing.T, db Database) {
 		{"RatesWindowAndSeries", testRates},
 		{"HourlyRollup", testHourly},
 		{"FollowUps", testFollowUps},
+		{"FollowUpsFailedAndGivenUp", testGiveUp},
 		{"InferredAcksAndPending", testInferred},
 		{"Health", testHealth},
 		{"Alerts", testAlerts},
@@ -617,6 +618,65 @@ func testFollowUps(t *testing.T, s store.Store) {
 		if r.StreamSeq%2 != 1 || r.DLQSeq != 900+r.StreamSeq || !r.HandledAt.IsZero() {
 			t.Fatalf("row due %+v", r)
 		}
+	}
+}
+
+// testGiveUp: failed tries count on their rows, with the last error; a
+// row given up is no longer due and is listed by Query.GivenUp, newest
+// first, with the time it was first given up.
+func testGiveUp(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	var b store.Batch
+	for seq := uint64(1); seq <= 3; seq++ {
+		b.Sends, b.Events = append(b.Sends, send(seq, "a", "b", base)), append(b.Events, ev(store.EventMax, seq, "b_normal", 2, base))
+	}
+	mustApply(t, s, b)
+	k := func(seq uint64) store.Key { return store.Key{StreamSeq: seq, Consumer: "b_normal"} }
+	if err := s.FailFollowUps(ctx(t), []store.FollowUpFailure{
+		{Key: k(1), Reason: "no director for a", At: base},
+		{Key: k(2), Reason: "no responders", At: base},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := base.Add(time.Second)
+	err := s.FailFollowUps(ctx(t), []store.FollowUpFailure{
+		{Key: k(1), Reason: "no director for a\x00\xff", At: gaveUp, GiveUp: true},
+		{Key: k(3), Reason: "header too large", At: gaveUp, GiveUp: true},
+		{Key: store.Key{StreamSeq: 99, Consumer: "x_normal"}, Reason: "gone", At: gaveUp, GiveUp: true},
+	})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("FailFollowUps with a missing row: %v", err)
+	}
+	// Given up again later (another instance): the first time stays.
+	if err := s.FailFollowUps(ctx(t), []store.FollowUpFailure{{Key: k(3), Reason: "header too large", At: gaveUp.Add(time.Hour), GiveUp: true}}); err != nil {
+		t.Fatal(err)
+	}
+	due, err := s.PendingFollowUps(ctx(t), store.Key{}, 10)
+	if err != nil || len(due) != 1 || due[0].StreamSeq != 2 || due[0].FollowUpAttempts != 1 || due[0].FollowUpError != "no responders" || !due[0].GivenUpAt.IsZero() {
+		t.Fatalf("due = %+v, %v; want row 2 alone, one failed try", due, err)
+	}
+	given, err := s.Messages(ctx(t), store.Query{GivenUp: true})
+	if err != nil || len(given) != 2 {
+		t.Fatalf("given up = %+v, %v", given, err)
+	}
+	if r := given[0]; r.StreamSeq != 3 || r.FollowUpAttempts != 2 || !r.GivenUpAt.Equal(gaveUp) {
+		t.Fatalf("given up first = %+v", r)
+	}
+	if r := given[1]; r.StreamSeq != 1 || r.FollowUpAttempts != 2 || r.FollowUpError != "no director for a\uFFFD\uFFFD" || !r.GivenUpAt.Equal(gaveUp) || r.Final() != true {
+		t.Fatalf("given up second = %+v", r)
+	}
+	// A given-up row keeps its status and what its follow-up did.
+	if err := s.RecordDeadLetters(ctx(t), []store.DeadLetter{{Key: k(2), DLQSeq: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FailFollowUps(ctx(t), []store.FollowUpFailure{{Key: k(2), Reason: "no director", At: gaveUp, GiveUp: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := get(t, s, 2, "b_normal"); r.DLQSeq != 7 || r.Status != store.StatusTimeout || r.FollowUpAttempts != 2 || r.GivenUpAt.IsZero() {
+		t.Fatalf("row 2 = %+v", r)
+	}
+	if due, err := s.PendingFollowUps(ctx(t), store.Key{}, 10); err != nil || len(due) != 0 {
+		t.Fatalf("due = %+v, %v; want none", due, err)
 	}
 }
 
