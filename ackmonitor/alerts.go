@@ -13,8 +13,12 @@ import (
 
 // Alert kinds.
 const (
-	AlertAckRate     = "ack_rate"     // ack rate below the thresholds
-	AlertTimeoutRate = "timeout_rate" // timeout rate above the thresholds
+	AlertAckRate     = "ack_rate"     // a receiver's ack rate below the thresholds
+	AlertTimeoutRate = "timeout_rate" // a receiver's timeout rate above the thresholds
+	// AlertInvalidRate: a sender's invalid rate (its messages terminated
+	// as invalid input) above the thresholds; the alert's agent is the
+	// sender.
+	AlertInvalidRate = "invalid_rate"
 )
 
 // Alert states in [AlertEvent].
@@ -48,15 +52,20 @@ func (t Thresholds) severityOf(kind string, r store.Rate) (sev string, value, th
 		}
 		return "", v, t.AckWarning
 	default:
-		v := r.TimeoutRate()
-		switch {
-		case v > t.TimeoutCritical:
-			return "critical", v, t.TimeoutCritical
-		case v > t.TimeoutWarning:
-			return "warning", v, t.TimeoutWarning
-		}
-		return "", v, t.TimeoutWarning
+		return above(r.TimeoutRate(), t.TimeoutWarning, t.TimeoutCritical)
 	}
+}
+
+// above returns the severity of a rate v with thresholds warning and
+// critical, or "".
+func above(v, warning, critical float64) (sev string, value, threshold float64) {
+	switch {
+	case v > critical:
+		return "critical", v, critical
+	case v > warning:
+		return "warning", v, warning
+	}
+	return "", v, warning
 }
 
 func (m *Monitor) alertLoop(ctx context.Context) {
@@ -70,8 +79,60 @@ func (m *Monitor) alertLoop(ctx context.Context) {
 	})
 }
 
-// evaluate compares each agent's rates over the window with the
-// thresholds. The state machine per agent and kind is the set of active
+// check is one rate of an agent compared with its thresholds.
+type check struct {
+	agent, kind      string
+	sev              string // "" below the thresholds
+	value, threshold float64
+	samples          int64
+}
+
+// checks compares the rates over the window with the thresholds: each
+// receiver's ack and timeout rates, in agent order, then each sender's
+// invalid rate, in sender order. Agents with fewer than MinSamples
+// resolved messages are left out.
+func (m *Monitor) checks(ctx context.Context, since time.Time) ([]check, error) {
+	rates, err := m.cfg.Store.Rates(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	senders, err := m.cfg.Store.SenderRates(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	byAgent := map[string]store.Rate{}
+	for _, r := range rates {
+		byAgent[r.Agent] = byAgent[r.Agent].Merge(r)
+	}
+	agents := make([]string, 0, len(byAgent))
+	for a := range byAgent {
+		agents = append(agents, a)
+	}
+	sort.Strings(agents)
+	t := m.cfg.Thresholds
+	var out []check
+	for _, agent := range agents {
+		r := byAgent[agent]
+		if r.Resolved() < t.MinSamples {
+			continue
+		}
+		for _, kind := range []string{AlertAckRate, AlertTimeoutRate} {
+			sev, value, threshold := t.severityOf(kind, r)
+			out = append(out, check{agent, kind, sev, value, threshold, r.Resolved()})
+		}
+	}
+	for _, r := range senders { // in sender order
+		if r.Resolved < t.MinSamples {
+			continue
+		}
+		sev, value, threshold := above(r.InvalidRate(), t.InvalidWarning, t.InvalidCritical)
+		out = append(out, check{r.Sender, AlertInvalidRate, sev, value, threshold, r.Resolved})
+	}
+	return out, nil
+}
+
+// evaluate compares the rates over the window with the thresholds
+// (checks). The state machine per agent and kind is the set of active
 // alerts in the store (so it survives restarts and failovers): no alert →
 // raise when a threshold is crossed; an alert → change severity or resolve
 // when the rates say so. Agents with fewer than MinSamples resolved
@@ -79,13 +140,9 @@ func (m *Monitor) alertLoop(ctx context.Context) {
 // ackmonitor_alert_active gauge shows the active alerts as the evaluation
 // left them (see reportAlerts).
 func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
-	rates, err := m.cfg.Store.Rates(ctx, now.Add(-m.cfg.Window))
+	checks, err := m.checks(ctx, now.Add(-m.cfg.Window))
 	if err != nil {
 		return err
-	}
-	byAgent := map[string]store.Rate{}
-	for _, r := range rates {
-		byAgent[r.Agent] = byAgent[r.Agent].Merge(r)
 	}
 	active, err := m.cfg.Store.Alerts(ctx, true, 10000)
 	if err != nil {
@@ -97,53 +154,41 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 	}
 	// current follows the store's writes, so it is right even when one fails.
 	defer func() { m.reportAlerts(current) }()
-	agents := make([]string, 0, len(byAgent))
-	for a := range byAgent {
-		agents = append(agents, a)
-	}
-	sort.Strings(agents)
-	for _, agent := range agents {
-		r := byAgent[agent]
-		if r.Resolved() < m.cfg.Thresholds.MinSamples {
-			continue
-		}
-		for _, kind := range []string{AlertAckRate, AlertTimeoutRate} {
-			sev, value, threshold := m.cfg.Thresholds.severityOf(kind, r)
-			key := [2]string{agent, kind}
-			cur, firing := current[key]
-			switch {
-			case !firing && sev == "":
-			case firing && sev == cur.Severity:
-				cur.Value, cur.Samples = value, r.Resolved()
-				if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
-					return err
-				}
-			case firing && sev == "":
-				cur.ResolvedAt, cur.Value, cur.Samples = now.UTC(), value, r.Resolved()
+	for _, c := range checks {
+		key := [2]string{c.agent, c.kind}
+		cur, firing := current[key]
+		switch {
+		case !firing && c.sev == "":
+		case firing && c.sev == cur.Severity:
+			cur.Value, cur.Samples = c.value, c.samples
+			if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
+				return err
+			}
+		case firing && c.sev == "":
+			cur.ResolvedAt, cur.Value, cur.Samples = now.UTC(), c.value, c.samples
+			if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
+				return err
+			}
+			delete(current, key)
+			m.publishAlert(AlertEvent{Alert: cur, State: AlertResolved}, "info")
+		default: // a new alert, or a severity change: the old one is resolved, a new one raised
+			prev := ""
+			if firing {
+				prev = cur.Severity
+				cur.ResolvedAt = now.UTC()
 				if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
 					return err
 				}
 				delete(current, key)
-				m.publishAlert(AlertEvent{Alert: cur, State: AlertResolved}, "info")
-			default: // a new alert, or a severity change: the old one is resolved, a new one raised
-				prev := ""
-				if firing {
-					prev = cur.Severity
-					cur.ResolvedAt = now.UTC()
-					if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
-						return err
-					}
-					delete(current, key)
-				}
-				a := store.Alert{ID: agent + "/" + kind + "/" + strconv.FormatInt(now.UnixMicro(), 10), Agent: agent,
-					Kind: kind, Severity: sev, Value: value, Threshold: threshold, Samples: r.Resolved(), RaisedAt: now.UTC()}
-				if err := m.cfg.Store.SaveAlert(ctx, a); err != nil {
-					return err
-				}
-				current[key] = a
-				m.publishAlert(AlertEvent{Alert: a, State: AlertRaised, Previous: prev}, sev)
-				m.cfg.Logger.Warn("alert raised", "agent", agent, "kind", kind, "severity", sev, "value", value, "samples", r.Resolved())
 			}
+			a := store.Alert{ID: c.agent + "/" + c.kind + "/" + strconv.FormatInt(now.UnixMicro(), 10), Agent: c.agent,
+				Kind: c.kind, Severity: c.sev, Value: c.value, Threshold: c.threshold, Samples: c.samples, RaisedAt: now.UTC()}
+			if err := m.cfg.Store.SaveAlert(ctx, a); err != nil {
+				return err
+			}
+			current[key] = a
+			m.publishAlert(AlertEvent{Alert: a, State: AlertRaised, Previous: prev}, c.sev)
+			m.cfg.Logger.Warn("alert raised", "agent", c.agent, "kind", c.kind, "severity", c.sev, "value", c.value, "samples", c.samples)
 		}
 	}
 	return nil

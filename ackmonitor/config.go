@@ -24,9 +24,20 @@ type Thresholds struct {
 	TimeoutWarning float64
 	// TimeoutCritical: a timeout rate above it raises a critical alert. Default 0.10.
 	TimeoutCritical float64
+	// InvalidWarning: a sender whose messages its receivers terminate as
+	// invalid input at a rate above it (invalid / resolved messages from
+	// the sender in the window, per receiving consumer) raises a warning
+	// about the sender. Default 0.05, as timeouts: agents on agentkit
+	// send no invalid envelope, so the rate counts only requests their
+	// handlers reject as INVALID, until a sender is broken or hostile.
+	InvalidWarning float64
+	// InvalidCritical: an invalid rate above it raises a critical alert.
+	// Default 0.10.
+	InvalidCritical float64
 	// MinSamples is the number of resolved messages an agent needs in the
-	// window before its rates can raise or resolve an alert, so that one
-	// message cannot page anyone. Default 20.
+	// window (as a receiver, or as the sender for the invalid rate) before
+	// its rates can raise or resolve an alert, so that one message cannot
+	// page anyone. Default 20.
 	MinSamples int64
 }
 
@@ -161,6 +172,12 @@ func (c *Config) setDefaults() {
 	if t.TimeoutCritical == 0 {
 		t.TimeoutCritical = 0.10
 	}
+	if t.InvalidWarning == 0 {
+		t.InvalidWarning = 0.05
+	}
+	if t.InvalidCritical == 0 {
+		t.InvalidCritical = 0.10
+	}
 	if t.MinSamples == 0 {
 		t.MinSamples = 20
 	}
@@ -209,6 +226,8 @@ func (c *Config) Validate() error {
 		return bad("ack thresholds need 0 < critical %v ≤ warning %v ≤ 1", t.AckCritical, t.AckWarning)
 	case !(0 <= t.TimeoutWarning && t.TimeoutWarning <= t.TimeoutCritical && t.TimeoutCritical <= 1):
 		return bad("timeout thresholds need 0 ≤ warning %v ≤ critical %v ≤ 1", t.TimeoutWarning, t.TimeoutCritical)
+	case !(0 <= t.InvalidWarning && t.InvalidWarning <= t.InvalidCritical && t.InvalidCritical <= 1):
+		return bad("invalid thresholds need 0 ≤ warning %v ≤ critical %v ≤ 1", t.InvalidWarning, t.InvalidCritical)
 	case t.MinSamples < 1:
 		return bad("MinSamples %d must be at least 1", t.MinSamples)
 	}

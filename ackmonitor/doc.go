@@ -58,19 +58,27 @@
 // an ACK (ack metric), a TERM (status NACK, with the reason agentkit puts
 // in the TERM: "NOT_FOUND: customer not found") or MAX_DELIVERIES (status
 // TIMEOUT, also when the last attempt was NAKed: the message was never
-// handled) arrives. A TERM whose reason starts with "INVALID: " (agentkit
-// terminates so a message that is not a valid envelope for its receiver,
-// and a handler's Reject with code INVALID) gives status INVALID: invalid
-// input is its sender's failure, so the row counts in none of its
-// receiver's rates, nor in ackmonitor_outcomes_total, and is not
-// escalated; it is dead-lettered like a NACK. A NAK is not final: the broker redelivers. retry_count
+// handled) arrives. A NAK is not final: the broker redelivers. retry_count
 // is deliveries − 1; timeouts, the attempts that expired without an ack or
 // NAK, are deliveries − 1 − NAKs (deliveries − NAKs for an exhausted
 // message, whose last attempt counts too), as NATS.md §1.3 describes.
 //
+// A TERM whose reason starts with "INVALID: " gives status INVALID:
+// agentkit terminates so a message that is not a valid envelope for its
+// receiver, and a handler's Reject with code INVALID. Invalid input is its
+// sender's failure, not its receiver's: the row counts in none of its
+// receiver's rates (only in Invalid beside them), nor in
+// ackmonitor_outcomes_total, and is not escalated; it is dead-lettered
+// like a NACK. It counts in its sender's invalid rate (invalid / resolved
+// messages from the sender), with the sender taken from the subject's
+// sender token as package subjects parses it, never from a header or the
+// envelope; a subject whose sender token is not a valid agent id gives
+// [UnknownSender]. /api/v1/senders reports the rates and
+// ackmonitor_invalid_messages_total{sender,priority} counts the messages.
+//
 // Rates over the sliding window (default 5 minutes) count the messages
 // that reached a final status in the window: ack rate = ACK / (ACK + NACK
-// + TIMEOUT), and so on (INVALID rows are reported beside them). Seed 000 divides by "messages sent"; messages
+// + TIMEOUT), and so on. Seed 000 divides by "messages sent"; messages
 // still in flight are neither acked nor failed yet, so counting them would
 // report every burst as a drop in the ack rate. Messages sent in the
 // window and those still pending are reported beside the rates.
@@ -88,39 +96,44 @@
 //
 // Every EvaluateInterval the active instance compares each agent's window
 // rates with [Thresholds] (seed 000: ack rate < 95 % warning, < 90 %
-// critical; timeout rate > 5 % warning, > 10 % critical), once the agent
-// has MinSamples resolved messages in the window. Alerts are kept in the
-// store (raised_at, resolved_at), which is also the state machine, and
-// published as [AlertEvent] JSON on mesh.alert.<severity>.<agent>;
-// resolutions go out as severity "info" with state "resolved".
-// deploy/prometheus/alerts.yml states the same rules over /metrics.
+// critical; timeout rate > 5 % warning, > 10 % critical; and each
+// sender's invalid rate > 5 % warning, > 10 % critical, alert kind
+// invalid_rate about the sender), once the agent has MinSamples resolved
+// messages in the window. Alerts are kept in the store (raised_at,
+// resolved_at), which is also the state machine, and published as
+// [AlertEvent] JSON on mesh.alert.<severity>.<agent>; resolutions go out
+// as severity "info" with state "resolved".
+// deploy/prometheus/alerts.yml states the receivers' rules over /metrics.
 //
 // # Dead letters and escalation
 //
-// For each TIMEOUT, NACK and INVALID row the active instance reads the original
-// message by stream sequence, copies it with its headers to
+// For each TIMEOUT, NACK and INVALID row the active instance reads the
+// original message by stream sequence, copies it with its headers to
 // mesh.dlq.<receiver>.<priority>.<sender> (plus the Mesh-Dlq-* headers;
 // Nats-Msg-Id "<stream>:<stream seq>:<consumer>", the row's key, so a
-// retried copy is deduplicated and no other is; what peers wrote is
-// bounded so the server takes the copy: each Mesh-Dlq-* value to 1 KiB and
-// each copied header to 4 KiB, cut at a character and ending
-// "…(truncated)", the original's JetStream (Nats-*) headers left out, and
-// the largest headers, or the body, left out and named in
-// Mesh-Dlq-Omitted-Headers or Mesh-Dlq-Body-Omitted when the copy would
-// exceed the server's header limit or max payload)
-// and, for TIMEOUT rows, marks the receiver potentially unavailable (in
-// its store until the receiver's next ACK, and in the agent registry,
-// status UNAVAILABLE, for UnavailableFor); for TIMEOUT rows (and NACK rows
-// when EscalateTerminated is set) it sends an "escalation"
-// notification envelope, priority high, to the sender's director
-// ([DirectorResolver]; by default the "director" field of the sender's
-// registry entry, else DefaultDirector). The payload is an [Escalation]:
-// the original envelope, the attempts, the NAK/TERM history and the
-// correlation chain. The row records the dead letter as soon as it is
-// stored (with the receiver's mark) and the escalation once it is sent,
-// and the escalation's message id is derived from the row, so a restart,
-// a failover or a retry never copies or escalates a message twice. A
-// follow-up that fails (no leader for the DLQ stream, an unknown
+// retried copy is deduplicated and no other copy is) and, for TIMEOUT
+// rows, marks the receiver potentially unavailable (in its store until
+// the receiver's next ACK, and in the agent registry, status UNAVAILABLE,
+// for UnavailableFor); for TIMEOUT rows (and NACK rows when
+// EscalateTerminated is set) it sends an "escalation" notification
+// envelope, priority high, to the sender's director ([DirectorResolver];
+// by default the "director" field of the sender's registry entry, else
+// DefaultDirector). The payload is an [Escalation]: the original envelope,
+// the attempts, the NAK/TERM history and the correlation chain. The row
+// records the dead letter as soon as it is stored (with the receiver's
+// mark) and the escalation once it is sent, and the escalation's message
+// id is derived from the row, so a restart, a failover or a retry never
+// copies or escalates a message twice.
+//
+// What peers wrote is bounded so that the server takes the copy: each
+// Mesh-Dlq-* value to 1 KiB and each copied header to 4 KiB, cut at a
+// character boundary and ending "…(truncated)"; the original's JetStream
+// (Nats-*) headers are left out; and when the copy would exceed the
+// server's header limit or max payload, its largest headers, then its
+// body, are left out and named in Mesh-Dlq-Omitted-Headers and
+// Mesh-Dlq-Body-Omitted.
+//
+// A follow-up that fails (no leader for the DLQ stream, an unknown
 // director) leaves the row pending; it is tried again after 1s (or
 // EvaluateInterval, if longer), doubling to a minute, while the rows
 // behind it go ahead. Each failure is logged and counted in
@@ -185,8 +198,8 @@
 // # HTTP
 //
 // [Monitor.Handler] serves / (the dashboard, embedded, polling the API
-// every 2 s), /api/v1/summary, /agents, /alerts, /escalations, /dlq,
-// /messages, /timeseries and /hourly, /metrics (Prometheus, on the
+// every 2 s), /api/v1/summary, /agents, /senders, /alerts, /escalations,
+// /dlq, /messages, /timeseries and /hourly, /metrics (Prometheus, on the
 // monitor's own registry) and /healthz.
 //
 // Query parameters are checked before any reaches the store; a bad one is

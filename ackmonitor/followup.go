@@ -133,6 +133,7 @@ func (m *Monitor) failed(ctx context.Context, tasks []*followUpTask, retries map
 		if f.GiveUp {
 			delete(retries, k)
 			m.metrics.givenUp.WithLabelValues(t.r.Receiver, t.r.Priority).Inc()
+			m.countInvalid(t)
 			m.cfg.Logger.Error("follow-up given up", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer, "attempts", attempts,
 				"dead_lettered", t.done.DLQSeq != 0, "err", t.err)
 			continue
@@ -283,7 +284,22 @@ func (m *Monitor) followUpBatch(ctx context.Context, rows []store.Record) []*fol
 	m.record(ctx, tasks, func(*followUpTask) bool { return true }, func(c context.Context) error {
 		return m.cfg.Store.CompleteFollowUps(c, done)
 	})
+	for _, t := range tasks {
+		if t.err == nil {
+			m.countInvalid(t)
+		}
+	}
 	return tasks
+}
+
+// countInvalid counts t's message in ackmonitor_invalid_messages_total if
+// its receiver terminated it as invalid input; t's follow-up is over.
+// Its sender is the subject's, as prepare read it from the original, else
+// the one the ledger recorded with the send.
+func (m *Monitor) countInvalid(t *followUpTask) {
+	if t.r.Status == store.StatusInvalid {
+		m.metrics.invalid.WithLabelValues(first(t.esc.Sender, t.r.Sender, UnknownSender), t.r.Priority).Inc()
+	}
 }
 
 // record runs write, a ledger write of the tasks without an error for
@@ -343,7 +359,7 @@ func (m *Monitor) prepare(t *followUpTask) {
 	if orig != nil {
 		origHeader, body = orig.Header, orig.Data
 		esc.Subject = orig.Subject
-		if sub, err := m.cfg.Scheme.Parse(orig.Subject); err == nil {
+		if sub, err := m.parseSubject(orig.Subject); err == nil {
 			esc.Sender = sub.Sender
 		}
 		h := orig.Header

@@ -37,6 +37,63 @@ func view(r store.Rate) RateView {
 	return RateView{Rate: r, Resolved: r.Resolved(), AckRate: r.AckRate(), NackRate: r.NackRate(), TimeoutRate: r.TimeoutRate()}
 }
 
+// SenderRateView is a [store.SenderRate] with its ratio.
+type SenderRateView struct {
+	Resolved    int64   `json:"resolved"`
+	Invalid     int64   `json:"invalid"`
+	InvalidRate float64 `json:"invalid_rate"`
+}
+
+func senderView(r store.SenderRate) SenderRateView {
+	return SenderRateView{Resolved: r.Resolved, Invalid: r.Invalid, InvalidRate: r.InvalidRate()}
+}
+
+// SenderView is one sender's messages terminated as invalid input, over
+// the window and in total (GET /api/v1/senders): the sender is blamed for
+// them, not their receivers.
+type SenderView struct {
+	Sender string         `json:"sender"`
+	Window SenderRateView `json:"window"`
+	Total  SenderRateView `json:"total"`
+}
+
+// Senders returns every sender's invalid rate over the window and in
+// total, senders with invalid messages in the window first (highest rate
+// first), then by name.
+func (m *Monitor) Senders(ctx context.Context) ([]SenderView, error) {
+	win, err := m.cfg.Store.SenderRates(ctx, time.Now().Add(-m.cfg.Window))
+	if err != nil {
+		return nil, err
+	}
+	all, err := m.cfg.Store.SenderRates(ctx, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*SenderView{}
+	for _, r := range all {
+		by[r.Sender] = &SenderView{Sender: r.Sender, Total: senderView(r)}
+	}
+	for _, r := range win {
+		v := by[r.Sender]
+		if v == nil {
+			v = &SenderView{Sender: r.Sender}
+			by[r.Sender] = v
+		}
+		v.Window = senderView(r)
+	}
+	out := make([]SenderView, 0, len(by))
+	for _, v := range by {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if a, b := out[i].Window.InvalidRate, out[j].Window.InvalidRate; a != b {
+			return a > b
+		}
+		return out[i].Sender < out[j].Sender
+	})
+	return out, nil
+}
+
 // Summary is the mesh-wide view (GET /api/v1/summary).
 type Summary struct {
 	Monitor         string    `json:"monitor"`
@@ -207,6 +264,10 @@ func (m *Monitor) Handler() http.Handler {
 	api("agents", func(r *http.Request) (any, error) {
 		a, err := m.Agents(r.Context())
 		return map[string]any{"window_seconds": m.cfg.Window.Seconds(), "agents": a}, err
+	})
+	api("senders", func(r *http.Request) (any, error) {
+		s, err := m.Senders(r.Context())
+		return map[string]any{"window_seconds": m.cfg.Window.Seconds(), "senders": s}, err
 	})
 	api("alerts", func(r *http.Request) (any, error) {
 		p := params{q: r.URL.Query()}

@@ -112,6 +112,7 @@ func TestHTTP_GoodParameters(t *testing.T) {
 		{"/api/v1/messages?status=TIMEOUT", nil},
 		{"/api/v1/messages?status=INVALID", nil},
 		{"/api/v1/messages?status=given_up&limit=10", nil},
+		{"/api/v1/senders", map[string]any{"window_seconds": 300.0}},
 		{"/api/v1/alerts?all=1&limit=1", nil},
 		{"/api/v1/escalations?limit=20", nil},
 		{"/api/v1/dlq?limit=20", nil},

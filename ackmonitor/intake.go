@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,13 +71,40 @@ func (m *Monitor) parseAdvisory(subject string, data []byte) (store.Event, bool)
 		At: a.Timestamp.UTC()}, true
 }
 
+// UnknownSender stands for the sender of a message whose subject's
+// sender token is not a valid agent id (a peer published it without
+// agentkit, which its receiver terminates as invalid): the ledger
+// attributes the message to it, and its dead letter and alerts go to
+// subjects with it as the sender token. Agent ids may start with "_", but
+// no agentkit agent should be called this.
+const UnknownSender = "_unknown"
+
+// parseSubject parses a message subject as package subjects does, except
+// that one whose sender token (the last) alone is invalid parses with
+// UnknownSender instead: the sender is what the subject says, never a
+// header or envelope field the sender writes freely, and a bounded,
+// valid token.
+func (m *Monitor) parseSubject(subject string) (subjects.Subject, error) {
+	sub, err := m.cfg.Scheme.Parse(subject)
+	if err == nil {
+		return sub, nil
+	}
+	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
+		alt, altErr := m.cfg.Scheme.Parse(subject[:i+1] + UnknownSender)
+		if altErr == nil && (alt.Kind == subjects.KindDirect || alt.Kind == subjects.KindTopic || alt.Kind == subjects.KindBroadcast) {
+			return alt, nil
+		}
+	}
+	return subjects.Subject{}, err
+}
+
 // parseSend turns a headers-only MESH message into a send record.
 func (m *Monitor) parseSend(msg jetstream.Msg) (store.Send, bool) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return store.Send{}, false
 	}
-	sub, err := m.cfg.Scheme.Parse(msg.Subject())
+	sub, err := m.parseSubject(msg.Subject())
 	if err != nil {
 		return store.Send{}, false
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,16 +40,19 @@ func publishInvalid(t *testing.T, js jetstream.JetStream, sender, receiver strin
 // A sender of invalid messages is blamed, not the three well-behaved
 // receivers that terminated them: the rows are INVALID, count in none of
 // the receivers' rates and raise no alert about them, are dead-lettered
-// and not escalated (EscalateTerminated only escalates NACKs). A receiver
-// that rejects valid messages still raises its alert; it is evaluated
-// after the three in the same pass, so its alert also shows that theirs
-// were evaluated on every row.
+// and not escalated (EscalateTerminated only escalates NACKs); the sender
+// has an invalid rate of 1 (API, metric) and a critical alert. Messages
+// whose sender token is not an agent id are the unknown sender's. A
+// receiver that rejects valid messages still raises its alert; it is
+// evaluated after the three in the same pass, and the senders after it,
+// so its alert also shows that theirs were evaluated on every row.
 func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 	t.Parallel()
 	const perReceiver = 25 // above the default MinSamples, 20
 	m := newMesh(t)
 	st := openStore(t, sqliteStore)
 	ctx := testCtx(t)
+	alerts := m.watchAlerts()
 	dir := &escalations{}
 	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
 	cfg := fastConfig(st)
@@ -70,9 +75,20 @@ func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 30*time.Second, "every row final", func() bool {
+	// Subjects whose sender token is no agent id: not an id character, and
+	// one too long.
+	nc := m.conn()
+	unknown := []string{"mesh.agent.r3.normal.bad$sender", "mesh.agent.r3.normal." + strings.Repeat("s", 100)}
+	for _, subject := range unknown {
+		if err := nc.Publish(subject, []byte("not an envelope")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	invalidOf := map[string]int64{"r1": perReceiver, "r2": perReceiver, "r3": perReceiver + int64(len(unknown))}
+	eventually(t, 30*time.Second, "every row final, with its send", func() bool {
 		for _, r := range receivers {
-			if rate := rateOf(t, st, r, "normal"); rate.Acked != perReceiver || rate.Invalid != perReceiver {
+			rate := rateOf(t, st, r, "normal")
+			if rate.Acked != perReceiver || rate.Invalid != invalidOf[r] || rate.Sent != perReceiver+invalidOf[r] {
 				return false
 			}
 		}
@@ -88,10 +104,12 @@ func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	senders := map[string]int{}
 	for _, r := range invalid {
-		if r.Sender != "bad" {
-			t.Errorf("INVALID row %d/%s: sender %q, want bad", r.StreamSeq, r.Consumer, r.Sender)
-		}
+		senders[r.Sender]++
+	}
+	if want := map[string]int{"bad": len(receivers) * perReceiver, ackmonitor.UnknownSender: len(unknown)}; fmt.Sprint(senders) != fmt.Sprint(want) {
+		t.Errorf("INVALID rows by sender %v, want %v", senders, want)
 	}
 
 	// Now a receiver that fails valid messages.
@@ -119,10 +137,33 @@ func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	badAlert := false
 	for _, a := range as {
-		if a.Agent != "z_failing" {
-			t.Errorf("alert about %s: %+v", a.Agent, a)
+		switch {
+		case a.Agent == "z_failing":
+		case a.Agent == "bad" && a.Kind == ackmonitor.AlertInvalidRate && a.Severity == "critical" && a.Value == 1 && a.Active():
+			badAlert = true
+		default:
+			t.Errorf("alert %+v", a)
 		}
+	}
+	if !badAlert {
+		t.Errorf("no critical invalid_rate alert about the bad sender: %+v", as)
+	}
+	eventually(t, 10*time.Second, "the alert event about the bad sender", func() bool {
+		return alerts.find("mesh.alert.critical.bad", ackmonitor.AlertInvalidRate, ackmonitor.AlertRaised)
+	})
+	var views struct{ Senders []ackmonitor.SenderView }
+	getJSON(t, api.URL+"/api/v1/senders", &views)
+	byName := map[string]ackmonitor.SenderView{}
+	for _, v := range views.Senders {
+		byName[v.Sender] = v
+	}
+	if v := byName["bad"]; v.Window.Invalid != int64(len(receivers)*perReceiver) || v.Window.InvalidRate != 1 || v.Total.Invalid != v.Window.Invalid {
+		t.Errorf("/api/v1/senders: bad = %+v", v)
+	}
+	if v := byName["client"]; v.Window.Invalid != 0 || v.Window.Resolved != int64(len(receivers)*perReceiver+perReceiver) {
+		t.Errorf("/api/v1/senders: client = %+v", v)
 	}
 	for _, r := range receivers {
 		series := fmt.Sprintf(`ackmonitor_outcomes_total{agent=%q,priority="normal",status="ACK"}`, r)
@@ -137,7 +178,7 @@ func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 
 	// Dead letters: every invalid and every rejected message; escalations
 	// of the rejected ones only (their rows come after the invalid ones).
-	total := uint64(len(receivers)*perReceiver + perReceiver)
+	total := uint64(len(receivers)*perReceiver + len(unknown) + perReceiver)
 	eventually(t, 30*time.Second, "the dead letters", func() bool {
 		return streamMsgs(t, js, subjects.Default.DLQStream()) == total
 	})
@@ -158,9 +199,23 @@ func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 			t.Fatal(err)
 		}
 		statuses[msg.Header.Get(ackmonitor.HeaderDLQStatus)]++
+		if msg.Subject == "mesh.dlq.r3.normal."+ackmonitor.UnknownSender && !slices.Contains(unknown, msg.Header.Get(ackmonitor.HeaderDLQSubject)) {
+			t.Errorf("dead letter of an unknown sender's message: original subject %q", msg.Header.Get(ackmonitor.HeaderDLQSubject))
+		}
 	}
-	if want := map[string]int{store.StatusInvalid: len(receivers) * perReceiver, store.StatusNACK: perReceiver}; fmt.Sprint(statuses) != fmt.Sprint(want) {
+	if want := map[string]int{store.StatusInvalid: len(receivers)*perReceiver + len(unknown), store.StatusNACK: perReceiver}; fmt.Sprint(statuses) != fmt.Sprint(want) {
 		t.Errorf("dead letters by status %v, want %v", statuses, want)
+	}
+	// Counted once their follow-ups are recorded, after the copies.
+	for sender, want := range map[string]int{"bad": len(receivers) * perReceiver, ackmonitor.UnknownSender: len(unknown)} {
+		series := fmt.Sprintf(`ackmonitor_invalid_messages_total{priority="normal",sender=%q}`, sender)
+		eventually(t, 10*time.Second, series, func() bool {
+			v, err := metricstest.Value(api.URL+"/metrics", series)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v == float64(want)
+		})
 	}
 }
 

@@ -22,6 +22,7 @@ type metrics struct {
 	deadLetters *prometheus.CounterVec   // agent, priority
 	followUpErr prometheus.Counter       // failed dead-letter or escalation attempts
 	givenUp     *prometheus.CounterVec   // agent, priority: follow-ups given up
+	invalid     *prometheus.CounterVec   // sender, priority: messages terminated as invalid input
 	refused     *prometheus.CounterVec   // consumer: messages the ledger refused, terminated
 	inferred    *prometheus.CounterVec   // agent, priority
 	ackTime     *prometheus.HistogramVec // agent, priority
@@ -58,6 +59,9 @@ func newMetrics() *metrics {
 		Help: "Failed tries to dead-letter or escalate a message; its row stays pending and is tried again, up to FollowUpAttempts tries."})
 	m.givenUp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_follow_ups_given_up_total",
 		Help: "Rows whose dead-lettering or escalation the monitor gave up (a failure no try can change, or FollowUpAttempts failed tries), by receiving agent and priority; /api/v1/messages?status=given_up lists them with the reason."}, ap)
+	m.invalid = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_invalid_messages_total",
+		Help: "Messages their receivers terminated as invalid input (ledger status INVALID), by sender (the subject's sender token) and priority, one per receiving consumer; counted by the active instance as it dead-letters them."},
+		[]string{"sender", "priority"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_intake_refused_total",
 		Help: "Messages of the monitor's consumers (events, sends) the ledger kept refusing on their own while it took other writes; terminated and logged."},
 		[]string{"consumer"})
@@ -81,7 +85,7 @@ func newMetrics() *metrics {
 		Help: "1 for each active (raised, not resolved) alert, reported by the active instance only."}, []string{"agent", "kind", "severity"})
 	m.stalePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_stale_pending_rows",
 		Help: "Ledger rows without a final status whose send is older than StalePendingAfter (default 2h), reported by the active instance only."}, nil)
-	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.refused, m.inferred, m.ackTime, m.latency,
+	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.invalid, m.refused, m.inferred, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts, m.stalePending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -345,6 +345,11 @@ func TestConfig_Validate(t *testing.T) {
 		{"inverted ack thresholds", func(c *ackmonitor.Config) { c.Thresholds = ackmonitor.Thresholds{AckWarning: 0.8, AckCritical: 0.9} }},
 		{"tiny pin ttl", func(c *ackmonitor.Config) { c.PinnedTTL = time.Millisecond }},
 		{"negative stale pending age", func(c *ackmonitor.Config) { c.StalePendingAfter = -time.Hour }},
+		{"inverted invalid thresholds", func(c *ackmonitor.Config) {
+			c.Thresholds = ackmonitor.Thresholds{InvalidWarning: 0.5, InvalidCritical: 0.2}
+		}},
+		{"invalid threshold above 1", func(c *ackmonitor.Config) { c.Thresholds = ackmonitor.Thresholds{InvalidCritical: 1.5} }},
+		{"no follow-up attempt", func(c *ackmonitor.Config) { c.FollowUpAttempts = -1 }},
 	}
 	m := newMesh(t)
 	for _, tt := range tests {
