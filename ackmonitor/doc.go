@@ -96,13 +96,13 @@
 //
 // Every EvaluateInterval the active instance compares each agent's window
 // rates with [Thresholds] (seed 000: ack rate < 95 % warning, < 90 %
-// critical; timeout rate > 5 % warning, > 10 % critical; and each
-// sender's invalid rate > 5 % warning, > 10 % critical, alert kind
-// invalid_rate about the sender), once the agent has MinSamples resolved
-// messages in the window. Alerts are kept in the store (raised_at,
-// resolved_at), which is also the state machine, and published as
-// [AlertEvent] JSON on mesh.alert.<severity>.<agent>; resolutions go out
-// as severity "info" with state "resolved".
+// critical; timeout rate > 5 % warning, > 10 % critical), once the agent
+// has MinSamples resolved messages in the window, and likewise each
+// sender's invalid rate (> 5 % warning, > 10 % critical by default; alert
+// kind invalid_rate, about the sender). Alerts are kept in the store
+// (raised_at, resolved_at), which is also the state machine, and
+// published as [AlertEvent] JSON on mesh.alert.<severity>.<agent>;
+// resolutions go out as severity "info" with state "resolved".
 // deploy/prometheus/alerts.yml states the receivers' rules over /metrics.
 //
 // # Dead letters and escalation
