@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,12 +13,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// scanMesh returns a JetStream on a new server whose message stream holds n
-// messages from alice to bob, every tenth of correlation id "corr_scan".
-func scanMesh(t *testing.T, n int) jetstream.JetStream {
+// scanMesh returns a mesh whose message stream holds n messages from
+// alice to bob, every tenth of correlation id "corr_scan", and a
+// JetStream on it.
+func scanMesh(t *testing.T, n int) (*mesh, jetstream.JetStream) {
 	t.Helper()
 	m := newMesh(t)
 	js, err := jetstream.New(m.conn())
@@ -52,7 +56,7 @@ func scanMesh(t *testing.T, n int) jetstream.JetStream {
 			}
 		}
 	}
-	return js
+	return m, js
 }
 
 // consumers returns the consumers of the message stream.
@@ -77,7 +81,7 @@ func consumers(t *testing.T, js jetstream.JetStream) []*jetstream.ConsumerInfo {
 // behind on it.
 func TestWorkflowStatus_LeavesNoConsumer(t *testing.T) {
 	t.Parallel()
-	js := scanMesh(t, 1000) // four batches
+	_, js := scanMesh(t, 1000) // four batches
 	wf, err := agentkit.WorkflowStatus(ctx(t), js, subjects.Default, "corr_scan", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -94,16 +98,24 @@ func TestWorkflowStatus_LeavesNoConsumer(t *testing.T) {
 // the rest of the stream.
 func TestWorkflowStatus_HonoursCancel(t *testing.T) {
 	t.Parallel()
-	js := scanMesh(t, 20000)
+	m, js := scanMesh(t, 2000) // eight batches of about 50 KiB
+	// The scan reads over a link that stops after 32 KiB, within its
+	// first batch, until the test lets it go on: however fast the
+	// machine, the scan is midway when its ctx ends.
+	link := &gatedLink{budget: 32 << 10, open: make(chan struct{})}
+	t.Cleanup(link.release)
+	scanJS, err := jetstream.New(natstest.Connect(t, m.s, nats.SetCustomDialer(link)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	scanCtx, cancel := context.WithCancel(ctx(t))
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := agentkit.WorkflowStatus(scanCtx, js, subjects.Default, "corr_scan", time.Time{})
+		_, err := agentkit.WorkflowStatus(scanCtx, scanJS, subjects.Default, "corr_scan", time.Time{})
 		done <- err
 	}()
-	// Cancel once the scan has read its first batch.
-	eventually(t, 10*time.Second, "the scan's first batch", func() bool {
+	eventually(t, 10*time.Second, "the scan's first batch sent", func() bool {
 		for _, c := range consumers(t, js) {
 			if c.Delivered.Stream >= 256 {
 				return true
@@ -112,6 +124,7 @@ func TestWorkflowStatus_HonoursCancel(t *testing.T) {
 		return false
 	})
 	cancel()
+	link.release()
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.Canceled) {
@@ -121,4 +134,51 @@ func TestWorkflowStatus_HonoursCancel(t *testing.T) {
 		t.Fatal("WorkflowStatus still scanning 10s after cancel")
 	}
 	eventually(t, 5*time.Second, "the scan's consumer deleted", func() bool { return len(consumers(t, js)) == 0 })
+}
+
+// gatedLink dials one connection that receives budget bytes from the
+// server, then nothing until release.
+type gatedLink struct {
+	budget int
+	open   chan struct{}
+	once   sync.Once
+}
+
+func (l *gatedLink) release() { l.once.Do(func() { close(l.open) }) }
+
+func (l *gatedLink) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedConn{Conn: c, link: l, closed: make(chan struct{})}, nil
+}
+
+type gatedConn struct {
+	net.Conn
+	link      *gatedLink
+	read      int // bytes read; only the connection's reader reads
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+// Read reads what is left of the budget, and once it is spent waits for
+// the release (or Close) before reading on.
+func (c *gatedConn) Read(p []byte) (int, error) {
+	if left := c.link.budget - c.read; left > 0 {
+		n, err := c.Conn.Read(p[:min(len(p), left)])
+		c.read += n
+		return n, err
+	}
+	select {
+	case <-c.link.open:
+	case <-c.closed:
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *gatedConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
