@@ -76,11 +76,10 @@ func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects
 	}
 	info := cons.CachedInfo()
 	defer func() {
-		// Now rather than at the inactive threshold; briefly when ctx has
-		// ended, the server drops it anyway.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = js.DeleteConsumer(dctx, scheme.Stream(), info.Name)
+		// Now rather than at the inactive threshold, also when ctx has
+		// ended: without ctx's deadline, the request has js's API timeout,
+		// which the caller sized for its server, not a guess of ours.
+		_ = js.DeleteConsumer(context.WithoutCancel(ctx), scheme.Stream(), info.Name)
 	}()
 	w := &Workflow{CorrelationID: correlationID}
 	for pending := info.NumPending; pending > 0; {
