@@ -113,24 +113,36 @@ func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]follow
 
 // failed records the batch's failed tries: each counts in its row, and a
 // row whose failure is permanent, or that has had FollowUpAttempts
-// tries, is given up; the others are tried again later (retries). A
-// failure to record them is logged: the tries are counted again next time
-// and the retries stand.
+// tries, is given up; the others are tried again later (retries). When
+// the ledger does not take the record, the tries go uncounted and a row
+// to give up is tried again like the others.
 func (m *Monitor) failed(ctx context.Context, tasks []*followUpTask, retries map[store.Key]followUpRetry) {
 	now := time.Now()
 	var fs []store.FollowUpFailure
+	var failed []*followUpTask
 	for _, t := range tasks {
-		k := t.r.Key()
 		if t.err == nil {
-			delete(retries, k)
+			delete(retries, t.r.Key())
 			continue
 		}
 		m.metrics.followUpErr.Inc()
-		attempts := t.r.FollowUpAttempts + 1
-		f := store.FollowUpFailure{Key: k, Reason: clip(t.err.Error(), maxHeaderValue), At: now.UTC(),
-			GiveUp: permanent(t.err) || attempts >= m.cfg.FollowUpAttempts}
-		fs = append(fs, f)
-		if f.GiveUp {
+		fs = append(fs, store.FollowUpFailure{Key: t.r.Key(), Reason: clip(t.err.Error(), maxHeaderValue), At: now.UTC(),
+			GiveUp: permanent(t.err) || t.r.FollowUpAttempts+1 >= m.cfg.FollowUpAttempts})
+		failed = append(failed, t)
+	}
+	if len(fs) == 0 {
+		return
+	}
+	wctx, cancel := detached(ctx)
+	err := m.cfg.Store.FailFollowUps(wctx, fs)
+	cancel()
+	recorded := err == nil || errors.Is(err, store.ErrNotFound)
+	if !recorded {
+		m.cfg.Logger.Warn("recording failed follow-ups", "n", len(fs), "err", err)
+	}
+	for i, t := range failed {
+		k, attempts := t.r.Key(), t.r.FollowUpAttempts+1
+		if fs[i].GiveUp && recorded {
 			delete(retries, k)
 			m.metrics.givenUp.WithLabelValues(t.r.Receiver, t.r.Priority).Inc()
 			m.countInvalid(t)
@@ -143,14 +155,6 @@ func (m *Monitor) failed(ctx context.Context, tasks []*followUpTask, retries map
 		retries[k] = followUpRetry{at: now.Add(retry.wait), wait: retry.wait}
 		m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer,
 			"attempts", attempts, "in", retry.wait, "err", t.err)
-	}
-	if len(fs) == 0 {
-		return
-	}
-	wctx, cancel := detached(ctx)
-	defer cancel()
-	if err := m.cfg.Store.FailFollowUps(wctx, fs); err != nil && !errors.Is(err, store.ErrNotFound) {
-		m.cfg.Logger.Warn("recording failed follow-ups", "n", len(fs), "err", err)
 	}
 }
 
