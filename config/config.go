@@ -29,7 +29,9 @@
 // [Config.AgentOptions] turns the mesh and agent sections into
 // agentkit options; [NATS.Connect] dials with the credentials and TLS
 // settings of the nats section. Libraries never dial; the binaries do,
-// through this helper.
+// through this helper. The monitor's ledger and service are wired beside
+// the binaries (cmd/internal/monitorsvc), so an agent that reads its
+// settings from here links no database driver.
 package config
 
 import (

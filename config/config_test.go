@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/config"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
@@ -326,32 +325,5 @@ func TestConnect_Errors(t *testing.T) {
 	c.NATS.ConnectTimeout = 200 * time.Millisecond
 	if _, err := c.NATS.Connect(context.Background()); err == nil {
 		t.Fatal("connected to a closed port")
-	}
-}
-
-// OpenSQLite treats its argument as a directory, created if needed, and
-// still opens a ledger file an earlier version created at that path.
-func TestOpenSQLite_Directory(t *testing.T) {
-	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "a", "b")
-	st, err := config.OpenSQLite(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	if _, err := os.Stat(filepath.Join(dir, store.SQLiteFile)); err != nil {
-		t.Fatalf("no ledger in the new directory: %v", err)
-	}
-	legacy := filepath.Join(t.TempDir(), "data")
-	if st, err = store.OpenSQLite(ctx, legacy); err != nil { // the file earlier versions made
-		t.Fatal(err)
-	}
-	st.Close()
-	if st, err = config.OpenSQLite(ctx, legacy); err != nil {
-		t.Fatalf("legacy ledger file: %v", err)
-	}
-	st.Close()
-	if fi, err := os.Stat(legacy); err != nil || fi.IsDir() {
-		t.Fatalf("legacy ledger file replaced: %v", err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -30,7 +30,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/cmd/internal/monitorsvc"
 	"github.com/agentmesh-io/agentmesh/config"
 )
 
@@ -73,7 +73,7 @@ func run(args []string) error {
 
 	dataDir := cmp.Or(cfg.Monitor.DataDir, "./data")
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := cfg.OpenLedger(openCtx, dataDir)
+	st, err := monitorsvc.OpenLedger(openCtx, cfg, dataDir)
 	cancel()
 	if err != nil {
 		return err
@@ -90,37 +90,25 @@ func run(args []string) error {
 	}
 	defer nc.Close()
 
-	mcfg, err := cfg.AckMonitor(st, log)
+	mcfg, err := monitorsvc.MonitorConfig(cfg, st, log)
 	if err != nil {
 		return err
 	}
-	mon, err := ackmonitor.New(nc, mcfg)
+	ln, err := net.Listen("tcp", cfg.Monitor.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	svc, err := monitorsvc.Start(nc, mcfg, ln, log)
 	if err != nil {
 		return err
 	}
-	httpAddr := cfg.Monitor.HTTPAddr
-	srv := &http.Server{Addr: httpAddr, Handler: mon.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	httpErr := make(chan error, 1)
-	go func() {
-		log.Info("http listening", "addr", httpAddr)
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			httpErr <- err
-			stop()
-		}
-		close(httpErr)
-	}()
-	runErr := mon.Run(ctx)
-	if errors.Is(runErr, context.Canceled) {
-		runErr = nil // stopped by a signal while provisioning
+	select {
+	case <-ctx.Done():
+	case <-svc.Done():
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-	if err := <-httpErr; err != nil {
-		return fmt.Errorf("http: %w", err)
-	}
+	runErr := svc.Stop(shutCtx)
 	if err := nc.Drain(); err != nil {
 		log.Warn("nats drain", "err", err)
 	}

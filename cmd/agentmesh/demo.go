@@ -20,7 +20,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/trace"
-	"github.com/agentmesh-io/agentmesh/config"
+	"github.com/agentmesh-io/agentmesh/cmd/internal/monitorsvc"
 )
 
 func (a *app) demoCmd() *cobra.Command {
@@ -114,7 +114,7 @@ func (a *app) runDemo(ctx context.Context, dataDir string, serve bool, every tim
 		// monitor.data_dir or monitor.postgres_dsn say: its rows name
 		// stream sequences of that store only.
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		st, err := config.OpenSQLite(octx, filepath.Join(dir, "ackmonitor"))
+		st, err := monitorsvc.OpenSQLite(octx, filepath.Join(dir, "ackmonitor"))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("ack monitor: %w", err)

@@ -2,18 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/cmd/internal/monitorsvc"
 	"github.com/agentmesh-io/agentmesh/config"
 )
 
@@ -34,19 +32,12 @@ type monitorHandle struct {
 // the monitor has provisioned its streams and consumers; stop ends
 // everything it started.
 func startMonitor(ctx context.Context, cfg *config.Config, nc *nats.Conn, st store.Store, httpAddr, director string, log *slog.Logger) (monitorHandle, error) {
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	mcfg, err := cfg.AckMonitor(st, log)
+	mcfg, err := monitorsvc.MonitorConfig(cfg, st, log)
 	if err != nil {
 		st.Close()
 		return monitorHandle{}, err
 	}
 	mcfg.DefaultDirector = director
-	mon, err := ackmonitor.New(nc, mcfg)
-	if err != nil {
-		st.Close()
-		return monitorHandle{}, err
-	}
 	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -54,35 +45,33 @@ func startMonitor(ctx context.Context, cfg *config.Config, nc *nats.Conn, st sto
 			return monitorHandle{}, err
 		}
 	}
-	srv := &http.Server{Handler: mon.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	rctx, rcancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	runErr := make(chan error, 1)
-	wg.Go(func() { runErr <- mon.Run(rctx) })
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("monitor http", "err", err)
-		}
-	})
+	svc, err := monitorsvc.Start(nc, mcfg, ln, log)
+	if err != nil {
+		st.Close()
+		return monitorHandle{}, err
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			rcancel()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			srv.Shutdown(sctx)
-			wg.Wait()
+			if err := svc.Stop(sctx); err != nil {
+				log.Warn("ack monitor", "err", err)
+			}
 			st.Close()
 		})
 	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	select {
-	case <-mon.Ready():
-	case err := <-runErr:
+	case <-svc.Ready():
+	case <-svc.Done():
+		err := svc.Err()
 		stop()
-		return monitorHandle{}, fmt.Errorf("ack monitor: %w", err)
+		return monitorHandle{}, err
 	case <-octx.Done():
 		stop()
 		return monitorHandle{}, fmt.Errorf("ack monitor not ready: %w", octx.Err())
 	}
-	return monitorHandle{running: true, dashboard: "http://" + ln.Addr().String() + "/", stop: stop}, nil
+	return monitorHandle{running: true, dashboard: "http://" + svc.Addr() + "/", stop: stop}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentmesh-io/agentmesh/cmd/internal/monitorsvc"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -59,7 +60,7 @@ func (a *app) runUp(ctx context.Context, dataDir, listen string) error {
 		monDir = filepath.Join(dir, "ackmonitor")
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := a.cfg.OpenLedger(octx, monDir)
+	st, err := monitorsvc.OpenLedger(octx, a.cfg, monDir)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("ack monitor: %w", err)

@@ -1,4 +1,9 @@
-package config
+// Package monitorsvc runs the ack monitor the way both binaries do: the
+// ledger the configuration names, the monitor's settings from the shared
+// configuration, and the monitor with its dashboard, API and /metrics
+// over HTTP. It lives here, beside the binaries, so that package config,
+// which agents import too, links no database driver.
+package monitorsvc
 
 import (
 	"context"
@@ -9,14 +14,15 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/config"
 )
 
-// AckMonitor returns the ack monitor's configuration for this mesh, with
-// the ledger st and logger log. Both binaries (agentmesh demo/up and
-// ackmonitor) build the monitor from it, so one file and one set of
-// AGENTMESH_* variables configure both. Thresholds are percent here and
-// fractions in ackmonitor.
-func (c *Config) AckMonitor(st store.Store, log *slog.Logger) (ackmonitor.Config, error) {
+// MonitorConfig returns the ack monitor's configuration for the mesh c
+// describes, with the ledger st and logger log. Both binaries (agentmesh
+// demo/up and ackmonitor) build the monitor from it, so one file and one
+// set of AGENTMESH_* variables configure both. Thresholds are percent in
+// c and fractions in ackmonitor.
+func MonitorConfig(c *config.Config, st store.Store, log *slog.Logger) (ackmonitor.Config, error) {
 	scheme, err := c.Scheme()
 	if err != nil {
 		return ackmonitor.Config{}, err
@@ -35,7 +41,7 @@ func (c *Config) AckMonitor(st store.Store, log *slog.Logger) (ackmonitor.Config
 // OpenLedger opens the monitor's ledger: PostgreSQL when
 // monitor.postgres_dsn is set, else SQLite in the data directory dir (see
 // [OpenSQLite]). The caller closes it.
-func (c *Config) OpenLedger(ctx context.Context, dir string) (store.Store, error) {
+func OpenLedger(ctx context.Context, c *config.Config, dir string) (store.Store, error) {
 	if c.Monitor.PostgresDSN != "" {
 		return store.OpenPostgres(ctx, c.Monitor.PostgresDSN)
 	}
@@ -51,7 +57,7 @@ func OpenSQLite(ctx context.Context, dir string) (store.Store, error) {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		path = dir
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("config: monitor data directory: %w", err)
+		return nil, fmt.Errorf("monitor data directory: %w", err)
 	}
 	return store.OpenSQLite(ctx, path)
 }
