@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,40 +127,60 @@ func TestRegistry_CrashedAgentBecomesUnavailable(t *testing.T) {
 func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	settings := agentkit.BreakerSettings{FailureThreshold: 5, OpenTimeout: 500 * time.Millisecond, HalfOpenRequests: 3, NackThreshold: 3, TimeoutThreshold: 3}
+	// The open-circuit checks below are a few calls that send nothing;
+	// OpenTimeout leaves them seconds, far beyond a loaded machine's
+	// stalls, before the circuit half-opens and a call becomes a trial.
+	settings := agentkit.BreakerSettings{FailureThreshold: 5, OpenTimeout: 2 * time.Second, HalfOpenRequests: 3, NackThreshold: 3, TimeoutThreshold: 3}
 	orch := m.started("orch", nil, agentkit.WithBreaker(settings), agentkit.WithHeartbeat(testHeartbeat))
-	// The planner is down: requests time out.
-	for i := range 5 {
-		c, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+	// The planner is down: requests time out. A request's deadline covers
+	// its publish too, and one that ends before the stream confirms the
+	// message fails here: a local failure, which the breaker rightly
+	// counts neither way. The deadline doubles until requests reach the
+	// stream, however long the loaded server takes to confirm.
+	deadline := 100 * time.Millisecond
+	for timeouts := 0; timeouts < 5; {
+		c, cancel := context.WithTimeout(ctx(t), deadline)
 		_, err := orch.Request(c, "planner", "plan", nil)
 		cancel()
-		if !errors.Is(err, agentkit.ErrTimeout) {
-			t.Fatalf("request %d: %v, want timeout", i, err)
+		switch {
+		case errors.Is(err, agentkit.ErrTimeout):
+			timeouts++
+		case errors.Is(err, context.DeadlineExceeded) && !agentkit.IsRemote(err) && deadline < 10*time.Second:
+			deadline *= 2
+		default:
+			t.Fatalf("request with a %v deadline: %v, want a timeout", deadline, err)
 		}
 	}
 	if s := orch.BreakerState("planner"); s != agentkit.BreakerOpen {
 		t.Fatalf("after 5 timeouts the circuit is %s", s)
 	}
-	start := time.Now()
-	_, err := orch.Request(ctx(t), "planner", "plan", nil)
+	// Failing fast: an error at once instead of waiting, with no
+	// deadline, for an answer; and nothing sent, which the stream shows.
+	const corr = "sent_while_open"
+	_, err := orch.Request(ctx(t), "planner", "plan", nil, agentkit.WithCorrelationID(corr))
 	var open *agentkit.CircuitOpenError
 	if !errors.As(err, &open) || !errors.Is(err, agentkit.ErrCircuitOpen) || open.Agent != "planner" {
 		t.Fatalf("open circuit: %v", err)
 	}
-	if _, err := orch.Send(ctx(t), "planner", "plan", nil); !errors.Is(err, agentkit.ErrCircuitOpen) {
+	if _, err := orch.Send(ctx(t), "planner", "plan", nil, agentkit.WithCorrelationID(corr)); !errors.Is(err, agentkit.ErrCircuitOpen) {
 		t.Fatalf("Send through an open circuit: %v", err)
 	}
-	if waited := time.Since(start); waited > 50*time.Millisecond {
-		t.Fatalf("failing fast took %v", waited)
+	if wf, err := orch.WorkflowStatus(ctx(t), corr); err != nil || len(wf.Messages) != 0 {
+		t.Fatalf("through the open circuit: %+v, %v; want nothing sent", wf, err)
 	}
 	// The planner recovers; after the open timeout trial messages go
-	// through at low priority and close the circuit.
-	priorities := make(chan agentkit.Priority, 16)
+	// through at low priority and close the circuit. Its handler also
+	// gets the requests that timed out (or failed locally) above, so
+	// it never blocks on a full channel.
+	var mu sync.Mutex
+	var priorities []agentkit.Priority
 	m.started("planner", map[string]agentkit.HandlerFunc{"plan": func(ctx context.Context, msg *agentkit.Message) error {
-		priorities <- msg.Priority
+		mu.Lock()
+		priorities = append(priorities, msg.Priority)
+		mu.Unlock()
 		return msg.Reply(ctx, "planned", nil)
 	}}, agentkit.WithHeartbeat(testHeartbeat))
-	eventually(t, 5*time.Second, "half-open", func() bool { return orch.BreakerState("planner") == agentkit.BreakerHalfOpen })
+	eventually(t, settings.OpenTimeout+5*time.Second, "half-open", func() bool { return orch.BreakerState("planner") == agentkit.BreakerHalfOpen })
 	for range 3 {
 		if _, err := orch.Request(ctx(t), "planner", "plan", nil); err != nil {
 			t.Fatalf("trial request: %v", err)
@@ -168,12 +189,14 @@ func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
 	if s := orch.BreakerState("planner"); s != agentkit.BreakerClosed {
 		t.Fatalf("after 3 successful trials the circuit is %s", s)
 	}
+	mu.Lock()
 	low := 0
-	for len(priorities) > 0 {
-		if <-priorities == agentkit.PriorityLow {
+	for _, p := range priorities {
+		if p == agentkit.PriorityLow {
 			low++
 		}
 	}
+	mu.Unlock()
 	if low < 3 {
 		t.Fatalf("%d trial messages at low priority, want 3", low)
 	}
