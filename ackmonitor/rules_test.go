@@ -45,6 +45,7 @@ func TestPrometheusRules(t *testing.T) {
 	wantThreshold := map[string]float64{
 		"AgentAckRateWarning": cfg.Thresholds.AckWarning, "AgentAckRateCritical": cfg.Thresholds.AckCritical,
 		"AgentTimeoutRateWarning": cfg.Thresholds.TimeoutWarning, "AgentTimeoutRateCritical": cfg.Thresholds.TimeoutCritical,
+		"SenderInvalidRateWarning": cfg.Thresholds.InvalidWarning, "SenderInvalidRateCritical": cfg.Thresholds.InvalidCritical,
 	}
 	seen := map[string]bool{}
 	if len(file.Groups) == 0 {

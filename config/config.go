@@ -218,6 +218,10 @@ type Monitor struct {
 	// final status counts in ackmonitor_stale_pending_rows. Default: 0,
 	// meaning the monitor's 2h.
 	StalePendingAfter time.Duration `yaml:"stale_pending_after"`
+	// FollowUpAttempts is how many times the monitor tries a message's
+	// dead letter and escalation before it records them as given up (an
+	// error that can never pass gives up at once). Default: 20.
+	FollowUpAttempts int `yaml:"follow_up_attempts"`
 	// LogLevel of the monitor binary: debug, info, warn or error.
 	// Default: "info".
 	LogLevel string `yaml:"log_level"`
@@ -233,6 +237,11 @@ type Alerts struct {
 	TimeoutRateWarning float64 `yaml:"timeout_rate_warning"`
 	// TimeoutRateCritical: critical above it. Default: 10.
 	TimeoutRateCritical float64 `yaml:"timeout_rate_critical"`
+	// InvalidRateWarning: warn about a sender when more of its messages
+	// than this are terminated as invalid by their receivers. Default: 5.
+	InvalidRateWarning float64 `yaml:"invalid_rate_warning"`
+	// InvalidRateCritical: critical above it. Default: 10.
+	InvalidRateCritical float64 `yaml:"invalid_rate_critical"`
 }
 
 // Dev configures the embedded development stack.
@@ -344,6 +353,15 @@ func (c *Config) setDefaults() {
 	}
 	if m.Alerts.TimeoutRateCritical == 0 {
 		m.Alerts.TimeoutRateCritical = 10
+	}
+	if m.Alerts.InvalidRateWarning == 0 {
+		m.Alerts.InvalidRateWarning = 5
+	}
+	if m.Alerts.InvalidRateCritical == 0 {
+		m.Alerts.InvalidRateCritical = 10
+	}
+	if m.FollowUpAttempts == 0 {
+		m.FollowUpAttempts = 20
 	}
 	if m.DefaultDirector == "" {
 		m.DefaultDirector = "director"

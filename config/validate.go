@@ -163,7 +163,8 @@ func (c *Config) Validate() error {
 	for _, t := range []struct {
 		field string
 		v     float64
-	}{{"ack_rate_warning", a.AckRateWarning}, {"ack_rate_critical", a.AckRateCritical}, {"timeout_rate_warning", a.TimeoutRateWarning}, {"timeout_rate_critical", a.TimeoutRateCritical}} {
+	}{{"ack_rate_warning", a.AckRateWarning}, {"ack_rate_critical", a.AckRateCritical}, {"timeout_rate_warning", a.TimeoutRateWarning}, {"timeout_rate_critical", a.TimeoutRateCritical},
+		{"invalid_rate_warning", a.InvalidRateWarning}, {"invalid_rate_critical", a.InvalidRateCritical}} {
 		if t.v <= 0 || t.v > 100 {
 			bad("monitor.alerts."+t.field, t.v, "must be a percentage above 0 and at most 100 (the ack monitor reads 0 as unset)")
 		}
@@ -173,6 +174,12 @@ func (c *Config) Validate() error {
 	}
 	if a.TimeoutRateCritical < a.TimeoutRateWarning {
 		bad("monitor.alerts.timeout_rate_critical", a.TimeoutRateCritical, "must not be below timeout_rate_warning %v", a.TimeoutRateWarning)
+	}
+	if a.InvalidRateCritical < a.InvalidRateWarning {
+		bad("monitor.alerts.invalid_rate_critical", a.InvalidRateCritical, "must not be below invalid_rate_warning %v", a.InvalidRateWarning)
+	}
+	if m.FollowUpAttempts < 1 {
+		bad("monitor.follow_up_attempts", m.FollowUpAttempts, "must be at least 1")
 	}
 	if err := subjects.ValidateToken("agent id", m.DefaultDirector); err != nil {
 		bad("monitor.default_director", m.DefaultDirector, "must be an agent id [A-Za-z0-9_-]{1,64}")

@@ -32,8 +32,10 @@ func MonitorConfig(c *config.Config, st store.Store, log *slog.Logger) (ackmonit
 		Store: st, Scheme: scheme, MonitorID: m.ID, Logger: log, Replicas: c.Mesh.Replicas,
 		Window: m.Window, PinnedTTL: m.PinnedTTL, DefaultDirector: m.DefaultDirector,
 		EscalateTerminated: m.EscalateTerminated, UnavailableFor: m.UnavailableFor, StalePendingAfter: m.StalePendingAfter,
+		FollowUpAttempts: m.FollowUpAttempts,
 		Thresholds: ackmonitor.Thresholds{AckWarning: a.AckRateWarning / 100, AckCritical: a.AckRateCritical / 100,
 			TimeoutWarning: a.TimeoutRateWarning / 100, TimeoutCritical: a.TimeoutRateCritical / 100,
+			InvalidWarning: a.InvalidRateWarning / 100, InvalidCritical: a.InvalidRateCritical / 100,
 			MinSamples: int64(m.MinSamples)},
 	}, nil
 }
