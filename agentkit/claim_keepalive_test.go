@@ -40,19 +40,33 @@ func (c *slowConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Claim-check timing: fetching a bigEnvelope over slowLink{claimRate}
-// takes about 3s, three times claimPolicy's ack timeout.
+// Claim-check timing, derived from the ack timeout.
 const (
-	claimRate   = 1 << 20
+	// claimAckTimeout is claimPolicy's ack timeout. The runtime sends
+	// InProgress at most 3/4 of an ack timeout apart (every half, checked
+	// every quarter), so a process that stalls for more than a quarter of
+	// it loses the message to a redelivery; a loaded machine stalls this
+	// race-instrumented process, embedded server included, for hundreds
+	// of milliseconds at a time.
+	claimAckTimeout = 2 * time.Second
+	// bigEnvelope is well above the server's max payload (1 MiB).
 	bigEnvelope = 3 << 20
+	// claimRate makes fetching a bigEnvelope over slowLink take 1.5 ack
+	// timeouts, on any machine (load only makes it slower): the broker
+	// redelivers unless the runtime keeps the message alive. Not slower:
+	// nats.go's object store reads through an ordered consumer, which
+	// starts over when the link holds its data back for longer than its
+	// heartbeat (5s).
+	claimRate = bigEnvelope * int(time.Second) / int(3*claimAckTimeout/2)
+	// claimWait bounds the waits for a fetch and its handler.
+	claimWait = 10 * claimAckTimeout
 )
 
-// claimPolicy has a 1s ack timeout, so the broker redelivers any message
-// the runtime does not keep alive while it fetches its envelope. (Shorter
-// ones leave the scanner too little slack on a loaded machine: it sends
-// InProgress up to 3/4 of the ack timeout after the last one.)
+// claimPolicy is a delivery policy with claimAckTimeout for every
+// attempt, so the broker redelivers any message the runtime does not keep
+// alive while it fetches its envelope.
 func claimPolicy() agentkit.DeliveryPolicy {
-	return fastPolicy(time.Second, time.Second, time.Second)
+	return fastPolicy(claimAckTimeout, claimAckTimeout, claimAckTimeout)
 }
 
 // bigPayload is a JSON payload of about n bytes.
@@ -92,7 +106,7 @@ func TestLargePayload_KeptAliveWhileFetched(t *testing.T) {
 	if _, err := sender.Send(ctx(t), "recv", "work", bigPayload(bigEnvelope)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the message handled", func() bool { return rec.count() >= 1 })
+	eventually(t, claimWait, "the message handled", func() bool { return rec.count() >= 1 })
 	deliveredOnceAtNormal(t, recv, 1)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -137,7 +151,7 @@ func TestLargePayload_LaneMessageKeptAliveWhileFetched(t *testing.T) {
 		return err == nil && info.NumAckPending == 2
 	})
 	unblock()
-	eventually(t, 20*time.Second, "both messages handled", func() bool { return rec.count() >= 2 })
+	eventually(t, claimWait, "both messages handled", func() bool { return rec.count() >= 2 })
 	deliveredOnceAtNormal(t, recv, 2)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
