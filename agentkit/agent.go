@@ -298,7 +298,7 @@ func (a *Agent) start(ctx context.Context) error {
 }
 
 // keepAliveTick is the scanner's period: half the shortest progress
-// interval of any priority, so InProgress is never later than 3/4 of an ack
+// interval of any priority, so InProgress is never later than 3/8 of an ack
 // timeout after the previous one.
 func (a *Agent) keepAliveTick() time.Duration {
 	tick := time.Duration(math.MaxInt64)

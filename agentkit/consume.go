@@ -420,7 +420,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 
 // scan is the agent's one keep-alive goroutine. Every tick it sends
 // InProgress for every message the runtime holds, running or waiting for a
-// worker, that has gone a progress interval (half the shortest ack
+// worker, that has gone a progress interval (a quarter of the shortest ack
 // timeout) without one, so neither a slow handler nor the queue behind it
 // is taken for a dead consumer; and it cancels handlers that reached their
 // processing limit. One scanner instead of a timer per message keeps the

@@ -126,11 +126,15 @@ func (p DeliveryPolicy) pullExpiry() time.Duration {
 }
 
 // progressInterval is how often InProgress is sent while a handler runs:
-// half the shortest ack timeout, so one lost InProgress is survivable.
+// a quarter of the shortest ack timeout. The scanner looks every half
+// interval, so two InProgress are at most 3/8 of the timeout apart: one
+// may be lost, or the process stall for 5/8 of the timeout (a loaded
+// machine stalls whole processes for hundreds of milliseconds), and the
+// broker still sees the message alive.
 func (p DeliveryPolicy) progressInterval() time.Duration {
 	shortest := p.BackOff[0]
 	for _, d := range p.BackOff {
 		shortest = min(shortest, d)
 	}
-	return shortest / 2
+	return shortest / 4
 }
