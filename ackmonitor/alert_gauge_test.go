@@ -78,7 +78,7 @@ func TestAlertGauge_OnlyTheActiveInstanceReports(t *testing.T) {
 	st := openStore(t, sqliteStore)
 	ctx := testCtx(t)
 	firingLedger(t, st, "worker")
-	cfg := fastConfig(st)
+	cfg := haConfig(st)
 	a, b := startMonitor(t, m.s, cfg), startMonitor(t, m.s, cfg)
 	eventually(t, 20*time.Second, "an active instance", func() bool { return a.Active() || b.Active() })
 	first, second := a, b

@@ -40,7 +40,7 @@ func testFailover(t *testing.T, kind storeKind) {
 		},
 	})
 	client := m.agent("client", nil)
-	cfg := fastConfig(st)
+	cfg := haConfig(st)
 	a, b := startMonitor(t, m.s, cfg), startMonitor(t, m.s, cfg)
 
 	var naked atomic.Int64
@@ -152,7 +152,7 @@ func testTakeoverWaits(t *testing.T, restart bool) {
 	// AckWait well above the takeover time (PinnedTTL plus two status
 	// checks), so the held events come back long after the new instance
 	// is active and the message is exhausted.
-	cfg := fastConfig(st)
+	cfg := haConfig(st)
 	cfg.AckWait = 6 * time.Second
 	holder := &holdingStore{Store: st, holding: make(chan struct{}), release: make(chan struct{})}
 	cfgA := cfg
@@ -208,7 +208,7 @@ func TestHA_QuietTakeoverFollowsUp(t *testing.T) {
 	busyWorker(m, twoDeliveries)
 	client := m.agent("client", nil)
 
-	cfg := fastConfig(st)
+	cfg := haConfig(st)
 	cfgA := cfg
 	cfgA.Store = noFollowUps{st}
 	a := startMonitor(t, m.s, cfgA)

@@ -98,13 +98,24 @@ func ledgerAt(t testing.TB, kind storeKind) string {
 	return u.String()
 }
 
-// fastConfig is a monitor configuration with test-sized intervals.
+// fastConfig is a monitor configuration with test-sized intervals. Its
+// lease is the default's: a loaded machine stalls a process for longer
+// than a short one, and a lone monitor that loses its pin stops consuming
+// until it takes it back. Failover tests shorten it (see haConfig).
 func fastConfig(st store.Store) ackmonitor.Config {
 	return ackmonitor.Config{
-		Store: st, PinnedTTL: time.Second, AckWait: 2 * time.Second, FetchWait: 50 * time.Millisecond,
+		Store: st, PinnedTTL: 10 * time.Second, AckWait: 2 * time.Second, FetchWait: 50 * time.Millisecond,
 		EvaluateInterval: 100 * time.Millisecond, RollupInterval: 200 * time.Millisecond,
 		StatusInterval: 100 * time.Millisecond, ReconcileInterval: 200 * time.Millisecond,
 	}
+}
+
+// haConfig is fastConfig with a 1s lease, for tests of the takeover
+// between two instances.
+func haConfig(st store.Store) ackmonitor.Config {
+	cfg := fastConfig(st)
+	cfg.PinnedTTL = time.Second
+	return cfg
 }
 
 // running is a monitor running in the background.

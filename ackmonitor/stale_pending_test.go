@@ -69,7 +69,7 @@ func TestStalePendingGauge_ActiveInstanceCounts(t *testing.T) {
 	st := openStore(t, sqliteStore)
 	ctx := testCtx(t)
 	stalePendingLedger(t, st)
-	cfg := fastConfig(st)
+	cfg := haConfig(st)
 	cfg.StalePendingAfter = time.Hour
 	a, b := startMonitor(t, m.s, cfg), startMonitor(t, m.s, cfg)
 	eventually(t, 20*time.Second, "an active instance", func() bool { return a.Active() || b.Active() })
