@@ -273,6 +273,34 @@ func rateOf(t testing.TB, st store.Store, agent, prio string) store.Rate {
 	return store.Rate{Agent: agent, Priority: prio}
 }
 
+// progressing waits until done holds, failing t only when the ledger
+// makes no progress for agent (its sent and resolved counts stay the
+// same) for stall: a test of what the monitor records, not of how fast a
+// loaded machine records it. A message the monitor dropped stalls the
+// count, and fails the test, long before any redelivery.
+func progressing(t *testing.T, st store.Store, agent string, stall time.Duration, what string, done func() bool) {
+	t.Helper()
+	last, since := int64(-1), time.Now()
+	for !done() {
+		rates, err := st.Rates(testCtx(t), time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, r := range rates {
+			if r.Agent == agent {
+				n += r.Sent + r.Resolved()
+			}
+		}
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall {
+			t.Fatalf("no progress in the ledger for %v (at %d) waiting for %s", stall, n, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // steadyTraffic sends action to agent to from sender every interval until
 // stop, which returns how many were sent and the first error, if any.
 func steadyTraffic(ctx context.Context, sender *agentkit.Agent, to, action string, every time.Duration) (stop func() (int, error)) {

@@ -44,7 +44,8 @@ func TestIntake_PullsDropNothing(t *testing.T) {
 	if err := client.SendBatch(ctx, envs); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "every ACK in the ledger", func() bool { return rateOf(t, st, "worker", "normal").Acked == n })
+	// The pulls' AckWait is 30s: a dropped message stalls the count longer than 10s.
+	progressing(t, st, "worker", 10*time.Second, "every ACK in the ledger", func() bool { return rateOf(t, st, "worker", "normal").Acked == n })
 	events, err := m.jetstream().Consumer(ctx, subjects.Default.EventsStream(), "ackmonitor_events")
 	if err != nil {
 		t.Fatal(err)

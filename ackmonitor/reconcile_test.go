@@ -100,7 +100,7 @@ func TestReconcile_InfersUnderSteadyTraffic(t *testing.T) {
 		}
 	}
 	stop := steadyTraffic(ctx, m.agent("traffic", nil), "sampled", "ok", 5*time.Millisecond)
-	eventually(t, 20*time.Second, "the unsampled ACKs inferred under traffic", func() bool {
+	progressing(t, st, "unsampled", 20*time.Second, "the unsampled ACKs inferred under traffic", func() bool {
 		return rateOf(t, st, "unsampled", "normal").Acked == unsampled
 	})
 	sent, err := stop()
