@@ -562,7 +562,7 @@ func (a *Agent) watchConn(status chan nats.Status) {
 // closed, an error matching [ErrConnClosed] (the agent has stopped); while
 // the server turns away a priority's reader (its consumer deleted, pulls
 // refused), that reader's latest error, until it reads again. It is nil
-// while the agent consumes normally, and after Stop or Drain.
+// while the agent consumes normally.
 func (a *Agent) Err() error {
 	if err := a.lost.Load(); err != nil {
 		return *err
