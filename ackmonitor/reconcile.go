@@ -94,12 +94,15 @@ func (m *Monitor) reconcile(ctx context.Context, prev reconcileCheck) (reconcile
 	if err != nil {
 		return prev, err
 	}
-	// Until then the events still to come may resolve the suspects.
-	written := prev.suspects != nil && events.AckFloor.Stream >= prev.eventsLast
-	suspects := prev.suspects
-	if !written {
-		suspects = nil
+	// Until then the events still to come may resolve the suspects. Keep
+	// waiting for that mark rather than setting a new one: an intake
+	// lagging by more than an interval, as under steady traffic on a
+	// loaded machine, would otherwise chase a new mark at every check and
+	// never infer anything.
+	if prev.suspects != nil && events.AckFloor.Stream < prev.eventsLast {
+		return prev, nil
 	}
+	suspects := prev.suspects
 	mesh, err := m.mesh.Info(ctx)
 	if err != nil {
 		return prev, err
