@@ -7,6 +7,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
@@ -40,13 +44,28 @@ func openSQLite(ctx context.Context, path string) (*sql.DB, dialect, error) {
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
-		return nil, dialect{}, fmt.Errorf("store: open sqlite %s: %w", path, err)
+	// Two processes opening a new database race to switch it to WAL, and
+	// SQLite answers the loser SQLITE_BUSY at once, without its busy
+	// handler: that one try again.
+	open := func() (*sql.DB, error) {
+		db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		db.SetMaxOpenConns(4)
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			if !strings.Contains(err.Error(), "SQLITE_BUSY") {
+				err = backoff.Permanent(err)
+			}
+			return nil, err
+		}
+		return db, nil
 	}
-	db.SetMaxOpenConns(4)
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
+	retry := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(10*time.Millisecond), backoff.WithMaxInterval(time.Second)), 10), ctx)
+	db, err := backoff.RetryWithData(open, retry)
+	if err != nil {
 		return nil, dialect{}, fmt.Errorf("store: open sqlite %s: %w", path, err)
 	}
 	return db, dialect{name: "sqlite", serialWrites: true, pendingIndex: " INDEXED BY idx_ack_pending"}, nil
