@@ -14,7 +14,7 @@ import (
 // ErrInvalidConfig is matched (errors.Is) by every error [Config.Validate] returns.
 var ErrInvalidConfig = errors.New("ackmonitor: invalid config")
 
-// Thresholds are seed 000's alerting thresholds.
+// Thresholds are the alerting thresholds of the specification.
 type Thresholds struct {
 	// AckWarning: an ack rate below it raises a warning. Default 0.95.
 	AckWarning float64

@@ -1,6 +1,6 @@
 // Package ackmonitor is the agentmesh ack monitor as a library: it watches
 // every message stored in the mesh stream and every consumer event about
-// it, keeps seed 000's acknowledgment ledger, computes ack, NACK and
+// it, keeps the specification's acknowledgment ledger, computes ack, NACK and
 // timeout rates, raises and resolves alerts, dead-letters failed messages,
 // escalates exhausted ones to the sender's director, and serves a
 // dashboard, a JSON API and Prometheus metrics. The binary is
@@ -61,7 +61,8 @@
 // handled) arrives. A NAK is not final: the broker redelivers. retry_count
 // is deliveries − 1; timeouts, the attempts that expired without an ack or
 // NAK, are deliveries − 1 − NAKs (deliveries − NAKs for an exhausted
-// message, whose last attempt counts too), as NATS.md §1.3 describes.
+// message, whose last attempt counts too): the server's delivery count
+// includes every attempt, and it sends a NAK advisory for each NAK.
 //
 // A TERM whose reason starts with "INVALID: " gives status INVALID:
 // agentkit terminates so a message that is not a valid envelope for its
@@ -95,7 +96,7 @@
 // # Alerts
 //
 // Every EvaluateInterval the active instance compares each agent's window
-// rates with [Thresholds] (seed 000: ack rate < 95 % warning, < 90 %
+// rates with [Thresholds] (defaults: ack rate < 95 % warning, < 90 %
 // critical; timeout rate > 5 % warning, > 10 % critical), once the agent
 // has MinSamples resolved messages in the window, and likewise each
 // sender's invalid rate (> 5 % warning, > 10 % critical by default; alert

@@ -14,8 +14,8 @@ import (
 )
 
 // ActionEscalation is the action of the envelope the monitor sends to a
-// sender's director when a message is exhausted (seed 000: "escalate to
-// parent director").
+// sender's director when a message is exhausted (the specification's
+// "escalate to parent director").
 const ActionEscalation = agentkit.ActionEscalation
 
 // Headers the monitor adds to a dead letter; the original's headers are kept.

@@ -17,7 +17,7 @@ import (
 )
 
 // advisory is the JSON of an ack metric or a NAK, TERM or MAX_DELIVERIES
-// advisory (NATS.md §1.1); nats.go has no types for them.
+// advisory, as nats-server publishes them; nats.go has no types for them.
 type advisory struct {
 	ID         string    `json:"id"`
 	Timestamp  time.Time `json:"timestamp"`
