@@ -185,11 +185,22 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 	}
 	for ctx.Err() == nil {
 		pulled := time.Now().UnixNano()
-		if isEvents {
-			m.lastPull.Store(pulled)
-		}
+		pinned := isEvents && m.eventPin.Load() != ""
 		msgs, err := m.fetch(cons)
 		whole := err == nil // msgs is all the pull brought
+		switch {
+		case isEvents && errors.Is(err, jetstream.ErrPinIDMismatch):
+			// The server moved the pin: step down before the next status
+			// check, and until new events pin this instance again no pull
+			// renews the lease.
+			m.eventPin.Store("")
+		case pinned && err == nil:
+			// The pin held while this pull was served, so it was held
+			// when it was sent: the lease runs from then. A pull counts
+			// only once answered, or one sent just after the pin moved
+			// would extend the lease of an instance that lost it.
+			m.lastPull.Store(pulled)
+		}
 		if err != nil && len(msgs) > 0 {
 			m.cfg.Logger.Warn("fetch ended early", "consumer", cons.CachedInfo().Name, "n", len(msgs), "err", err)
 		} else if err != nil {

@@ -50,7 +50,7 @@ type Monitor struct {
 	// not by this instance) that refreshStatus saw since this instance was
 	// pinned; statusLoop only.
 	othersHeld int64
-	lastPull   atomic.Int64 // UnixNano when the events intake last sent a pull request
+	lastPull   atomic.Int64 // UnixNano when the events intake sent its last pull served as the pin holder
 	pinnedAt   time.Time    // when refreshStatus first saw this instance pinned; statusLoop only
 	ready      chan struct{}
 	kick       chan struct{} // wakes the follow-up loop
@@ -105,8 +105,9 @@ func (m *Monitor) Ready() <-chan struct{} { return m.ready }
 
 // Active reports whether this instance holds the pin of the events
 // consumer, so it is the one evaluating alerts and escalating. It is a
-// lease: the last status check saw this instance pinned, and its events
-// intake sent a pull request less than PinnedTTL/2 ago. The server moves
+// lease: the last status check saw this instance pinned, and less than
+// PinnedTTL/2 ago its events intake sent a pull that the server then
+// served as the pin holder's. The server moves
 // the pin only after PinnedTTL without pulls, so an instance that stalls
 // steps down before another can be pinned, and a newly pinned instance
 // waits two status intervals before acting.

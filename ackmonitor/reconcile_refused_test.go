@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,8 @@ func testRefusedTerm(t *testing.T, kind storeKind, traffic bool) {
 		return slices.ContainsFunc(b.Events, func(e store.Event) bool { return e.Kind == store.EventTerm && e.Receiver == "worker" })
 	}
 	var logs natstest.SyncBuffer
-	cfg := fastConfig(refusing{Store: st, refuse: termOfWorker})
+	var refusals atomic.Int64
+	cfg := fastConfig(refusing{Store: st, refuse: termOfWorker, refusals: &refusals})
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), nil))
 	mon := startMonitor(t, m.s, cfg)
 	metrics := httptest.NewServer(mon.Handler())
@@ -78,9 +80,7 @@ func testRefusedTerm(t *testing.T, kind storeKind, traffic bool) {
 	if traffic { // events of others in the refused event's passes
 		stop = steadyTraffic(ctx, client, "sampled", "ok", 50*time.Millisecond)
 	}
-	eventually(t, 30*time.Second, "the refused TERM event terminated", func() bool {
-		return refusedTotal(metrics.URL, "ackmonitor_events") == 1
-	})
+	terminatedAfterRefusals(t, metrics.URL, "ackmonitor_events", &refusals)
 	if _, err := stop(); err != nil {
 		t.Fatal(err)
 	}
