@@ -24,7 +24,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
+	"github.com/agentmesh-io/agentmesh/internal/demo"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"

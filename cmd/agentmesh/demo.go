@@ -18,9 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/trace"
 	"github.com/agentmesh-io/agentmesh/cmd/internal/monitorsvc"
+	"github.com/agentmesh-io/agentmesh/internal/demo"
 )
 
 func (a *app) demoCmd() *cobra.Command {

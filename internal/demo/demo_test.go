@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/demo"
+	"github.com/agentmesh-io/agentmesh/internal/demo"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
