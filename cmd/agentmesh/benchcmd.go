@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/bench"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/bench"
 )
 
 func (a *app) benchCmd() *cobra.Command {

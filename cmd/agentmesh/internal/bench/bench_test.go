@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/bench"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/bench"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 

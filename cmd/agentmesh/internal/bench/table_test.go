@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/bench"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/bench"
 )
 
 func TestWriteTable_SkippedListedWithReason(t *testing.T) {

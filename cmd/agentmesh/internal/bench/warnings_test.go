@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/bench"
+	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/bench"
 )
 
 func TestWarnings_ShortRunsOnly(t *testing.T) {
