@@ -18,14 +18,14 @@ func (a *app) benchCmd() *cobra.Command {
 	var asJSON, quiet, external bool
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Compare raw nats.go, agentkit and Watermill on one NATS server",
+		Short: "Compare raw nats.go and agentkit on one NATS server",
 		Long: `bench runs the same workloads with raw nats.go (PublishAsync → Consume → Ack;
 raw-mesh: the same on agentkit's stream and consumer configuration, the broker's
-share of agentkit's cost), agentkit (SendBatch of 256, and Send from 64
-goroutines) and Watermill
-(watermill-nats/v2 pkg/jetstream; with its default DoubleAck and with AckAsync)
-on one embedded NATS server in one process (or --external: the configured
-server), and prints msg/s, the ratio to raw and latency percentiles.
+share of agentkit's cost) and agentkit (SendBatch of 256, and Send from 64
+goroutines) on one embedded NATS server in one process (or --external: the
+configured server), and prints msg/s, the ratio to raw and latency percentiles.
+The comparison with Watermill runs from the source tree's tests, so this binary
+does not link it (see the README's Performance section).
 
 Scenarios: 1-agent, 10-agents, 100-agents (a burst of --messages sent round
 robin to that many receivers), request-response (requests at --rate per second,

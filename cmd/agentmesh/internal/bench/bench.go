@@ -1,8 +1,9 @@
-// Package bench is the engine of `agentmesh bench`: raw nats.go,
-// agentkit and Watermill (watermill-nats/v2 pkg/jetstream, with its
-// default DoubleAck and with AckAsync) moving the same messages over one
-// NATS server in one run, so their ratios mean something even on a noisy
-// machine.
+// Package bench is the engine of `agentmesh bench`: raw nats.go and
+// agentkit moving the same messages over one NATS server in one run, so
+// their ratios mean something even on a noisy machine. The comparison
+// with Watermill (watermill-nats/v2 pkg/jetstream, with its default
+// DoubleAck and with AckAsync) runs on the same engine from this
+// package's tests, so the shipped binary does not link Watermill.
 //
 // # Scenarios
 //
@@ -22,7 +23,7 @@
 // direct and broadcast filters and every ack sampled), the broker's share of
 // agentkit's cost; agentkit-batch is SendBatch of 256; agentkit
 // is Send from 64 goroutines each waiting for its stream ack; Watermill
-// publishes synchronously from 64 goroutines. agentkit's agents run
+// (in the tests) publishes synchronously from 64 goroutines. agentkit's agents run
 // without registration: the registry and its heartbeats are control
 // plane, not the message path compared here. Payloads are Payload bytes
 // of JSON (512 by default).
@@ -55,16 +56,14 @@ var Scenarios = []string{Scenario1Agent, Scenario10Agents, Scenario100Agents, Sc
 
 // Implementation names.
 const (
-	ImplRaw            = "raw"
-	ImplRawMesh        = "raw-mesh"
-	ImplAgentkitBatch  = "agentkit-batch"
-	ImplAgentkit       = "agentkit"
-	ImplWatermill      = "watermill"
-	ImplWatermillAsync = "watermill-async-ack"
+	ImplRaw           = "raw"
+	ImplRawMesh       = "raw-mesh"
+	ImplAgentkitBatch = "agentkit-batch"
+	ImplAgentkit      = "agentkit"
 )
 
 // Impls lists every implementation in table order.
-var Impls = []string{ImplRaw, ImplRawMesh, ImplAgentkitBatch, ImplAgentkit, ImplWatermill, ImplWatermillAsync}
+var Impls = []string{ImplRaw, ImplRawMesh, ImplAgentkitBatch, ImplAgentkit}
 
 // Config configures a benchmark run.
 type Config struct {
@@ -91,6 +90,27 @@ type Config struct {
 	// scenarios, so tests cover each scenario's code path without paying
 	// for its scale.
 	maxAgents int
+	// others are implementations beyond Impls, listed and run after them:
+	// comparisons with libraries the shipped binary must not link, which
+	// this package's tests add.
+	others []other
+}
+
+// other is an implementation outside Impls.
+type other struct {
+	name string
+	// run runs scenario sc; agents is the receivers of an N-agents
+	// scenario.
+	run func(ctx context.Context, env *runEnv, sc string, agents int) (*measurement, error)
+}
+
+// implNames lists every implementation c can run, in table order.
+func (c *Config) implNames() []string {
+	names := slices.Clone(Impls)
+	for _, o := range c.others {
+		names = append(names, o.name)
+	}
+	return names
 }
 
 func (c *Config) setDefaults() {
@@ -107,7 +127,7 @@ func (c *Config) setDefaults() {
 		c.Scenarios = Scenarios
 	}
 	if len(c.Impls) == 0 {
-		c.Impls = Impls
+		c.Impls = c.implNames()
 	}
 	if c.RunTimeout == 0 {
 		c.RunTimeout = 2 * time.Minute
@@ -131,9 +151,10 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("bench: unknown scenario %q (%s)", s, strings.Join(Scenarios, ", "))
 		}
 	}
+	names := c.implNames()
 	for _, s := range c.Impls {
-		if !slices.Contains(Impls, s) {
-			return fmt.Errorf("bench: unknown implementation %q (%s)", s, strings.Join(Impls, ", "))
+		if !slices.Contains(names, s) {
+			return fmt.Errorf("bench: unknown implementation %q (%s)", s, strings.Join(names, ", "))
 		}
 	}
 	return nil
@@ -281,17 +302,13 @@ func runOne(ctx context.Context, env *runEnv, sc, impl string) (*measurement, er
 		default:
 			return agentkitThroughput(ctx, env, agents[sc], impl == ImplAgentkitBatch)
 		}
-	default:
-		async := impl == ImplWatermillAsync
-		switch sc {
-		case ScenarioRequest:
-			return watermillRequest(ctx, env, async)
-		case ScenarioBacklog:
-			return watermillBacklog(ctx, env, async)
-		default:
-			return watermillThroughput(ctx, env, agents[sc], async)
+	}
+	for _, o := range env.cfg.others {
+		if o.name == impl {
+			return o.run(ctx, env, sc, agents[sc])
 		}
 	}
+	return nil, fmt.Errorf("unknown implementation %q", impl)
 }
 
 // runEnv is what one run needs.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -14,7 +15,80 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
+
+// The Watermill comparison: watermill-nats/v2 pkg/jetstream with its
+// default DoubleAck, and with AckAsync. It lives in the tests so that the
+// shipped binary does not link Watermill; the tests' module file
+// (go_test.mod) requires it.
+const (
+	implWatermill      = "watermill"
+	implWatermillAsync = "watermill-async-ack"
+)
+
+// withWatermill adds the Watermill implementations to c, after Impls.
+func withWatermill(c *Config) {
+	c.others = append(c.others, other{implWatermill, runWatermill(false)}, other{implWatermillAsync, runWatermill(true)})
+}
+
+func runWatermill(async bool) func(ctx context.Context, env *runEnv, sc string, agents int) (*measurement, error) {
+	return func(ctx context.Context, env *runEnv, sc string, agents int) (*measurement, error) {
+		switch sc {
+		case ScenarioRequest:
+			return watermillRequest(ctx, env, async)
+		case ScenarioBacklog:
+			return watermillBacklog(ctx, env, async)
+		default:
+			return watermillThroughput(ctx, env, agents, async)
+		}
+	}
+}
+
+// BenchmarkWatermill is `agentmesh bench` with Watermill added: one
+// sub-benchmark per scenario and implementation, each moving b.N
+// messages (request-response: min(b.N, 3 × 1000) requests at 1,000/s),
+// all on one embedded server. Each reports msg/s, its ratio to raw's in
+// the same scenario of the same run (x-raw) and the p50 and p99
+// latencies in ms, as the bench command's table does; ns/op includes
+// each run's setup and means little. -benchtime Nx sets the messages.
+func BenchmarkWatermill(b *testing.B) {
+	s := natstest.RunServer(b)
+	cfg := Config{URL: s.ClientURL()}
+	withWatermill(&cfg)
+	impls := cfg.implNames()
+	for _, sc := range Scenarios {
+		b.Run(sc, func(b *testing.B) {
+			var raw float64 // raw's msg/s in this scenario
+			for _, impl := range impls {
+				if skip(sc, impl) != "" {
+					continue
+				}
+				b.Run(impl, func(b *testing.B) {
+					c := cfg
+					c.Messages, c.Scenarios, c.Impls = b.N, []string{sc}, []string{impl}
+					rs, err := Run(b.Context(), c)
+					if err != nil {
+						b.Fatal(err)
+					}
+					r := rs[0]
+					if sc != ScenarioBacklog {
+						b.ReportMetric(r.MsgPerSec, "msg/s")
+						if impl == ImplRaw {
+							raw = r.MsgPerSec
+						}
+						if raw > 0 {
+							b.ReportMetric(r.MsgPerSec/raw, "x-raw")
+						}
+					}
+					b.ReportMetric(r.P50ms, "p50-ms")
+					b.ReportMetric(r.P99ms, "p99-ms")
+				})
+			}
+		})
+	}
+}
 
 // wmRun owns a run's Watermill publishers, subscribers and streams.
 // Watermill's Publisher and Subscriber close the connection they are
