@@ -4,7 +4,7 @@
 // would add the tests' modules back.
 module github.com/agentmesh-io/agentmesh
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/RoaringBitmap/roaring/v2 v2.30.0
