@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -99,7 +101,7 @@ const (
 )
 
 // queueOrder is the order workers look at the queues in: critical first.
-var queueOrder = Priorities
+var queueOrder = wire.Priorities
 
 // New returns an agent with id (a subject token: [A-Za-z0-9_-]{1,64}) that
 // sends and receives over nc. It never dials and starts no goroutine; the
@@ -166,7 +168,7 @@ func (a *Agent) Handle(action string, h Handler) error {
 	if action == "" || h == nil {
 		return fmt.Errorf("%w: Handle needs an action and a handler", ErrInvalidOption)
 	}
-	if err := checkShort("action", action); err != nil {
+	if err := wire.ValidateAction(action); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	a.mu.Lock()
@@ -181,7 +183,7 @@ func (a *Agent) Handle(action string, h Handler) error {
 // HandleFunc registers f for action; see [Agent.Handle].
 func (a *Agent) HandleFunc(action string, f func(ctx context.Context, m *Message) error) error {
 	if f == nil {
-		return fmt.Errorf("%w: HandleFunc(%s) needs a function", ErrInvalidOption, quote(action))
+		return fmt.Errorf("%w: HandleFunc(%s) needs a function", ErrInvalidOption, bound.Quote(action))
 	}
 	return a.Handle(action, HandlerFunc(f))
 }
@@ -310,7 +312,7 @@ func (a *Agent) keepAliveTick() time.Duration {
 
 // consumerConfig returns the durable consumer of priority p with the
 // agent's policy and topics.
-func (a *Agent) consumerConfig(p Priority, topics []string) (jetstream.ConsumerConfig, error) {
+func (a *Agent) consumerConfig(p wire.Priority, topics []string) (jetstream.ConsumerConfig, error) {
 	cfg, err := ConsumerConfig(a.opts.scheme, a.id, p, a.opts.policies[p], topics)
 	cfg.SampleFrequency = a.opts.sampleFreq
 	return cfg, err
@@ -322,7 +324,7 @@ func (a *Agent) consumerConfig(p Priority, topics []string) (jetstream.ConsumerC
 // MaxDeliver, and every ack sampled for the monitor. An administrator who
 // provisions consumers for agents without that right
 // ([WithProvisioning](false)) creates exactly these.
-func ConsumerConfig(s subjects.Scheme, id string, p Priority, policy DeliveryPolicy, topics []string) (jetstream.ConsumerConfig, error) {
+func ConsumerConfig(s subjects.Scheme, id string, p wire.Priority, policy DeliveryPolicy, topics []string) (jetstream.ConsumerConfig, error) {
 	if err := policy.validate(p); err != nil {
 		return jetstream.ConsumerConfig{}, err
 	}
@@ -356,7 +358,7 @@ func ConsumerConfig(s subjects.Scheme, id string, p Priority, policy DeliveryPol
 
 // bindConsumer creates or updates (when provisioning) or looks up the
 // consumer of priority p.
-func (a *Agent) bindConsumer(ctx context.Context, p Priority, topics []string) (jetstream.Consumer, error) {
+func (a *Agent) bindConsumer(ctx context.Context, p wire.Priority, topics []string) (jetstream.Consumer, error) {
 	cfg, err := a.consumerConfig(p, topics)
 	if err != nil {
 		return nil, err
@@ -679,7 +681,7 @@ func (a *Agent) asyncError(err error) {
 
 // ConsumerInfo returns the server's view of the agent's consumer at
 // priority p (pending, ack-pending and redelivered counts).
-func (a *Agent) ConsumerInfo(ctx context.Context, p Priority) (*jetstream.ConsumerInfo, error) {
+func (a *Agent) ConsumerInfo(ctx context.Context, p wire.Priority) (*jetstream.ConsumerInfo, error) {
 	name, err := a.opts.scheme.Consumer(a.id, string(p))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidID, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -19,7 +20,7 @@ import (
 // rawEnvelope is a request from "sender" to "recv", as JSON.
 func rawEnvelope(t *testing.T, mutate func(map[string]any)) []byte {
 	t.Helper()
-	e := agentkit.NewEnvelope(agentkit.TypeRequest, "sender", "work")
+	e := wire.NewEnvelope(wire.TypeRequest, "sender", "work")
 	e.ReceiverID = "recv"
 	b, err := e.Encode()
 	if err != nil {
@@ -71,10 +72,10 @@ func TestBadInput_TerminatedWithReason(t *testing.T) {
 		{"oversize", direct, rawEnvelope(t, func(m map[string]any) { m["payload"] = strings.Repeat("x", 5000) }), "exceeds the 4096 byte limit", nil},
 		{"broadcast naming a receiver", "mesh.broadcast.normal.sender", rawEnvelope(t, func(map[string]any) {}), "a broadcast must name neither", nil},
 		{"task header mismatch", direct, rawEnvelope(t, func(m map[string]any) { m["task_id"] = "t1" }),
-			`task_id "t1" does not match the Mesh-Task-Id header "t2"`, nats.Header{agentkit.HeaderTaskID: {"t2"}}},
+			`task_id "t1" does not match the Mesh-Task-Id header "t2"`, nats.Header{wire.HeaderTaskID: {"t2"}}},
 		{"task header mismatch on a reply", direct, rawEnvelope(t, func(m map[string]any) {
 			m["message_type"], m["in_reply_to"], m["task_id"] = "response", "m1", "t1"
-		}), `task_id "t1" does not match the Mesh-Task-Id header "t2"`, nats.Header{agentkit.HeaderTaskID: {"t2"}, agentkit.HeaderInReplyTo: {"m1"}}},
+		}), `task_id "t1" does not match the Mesh-Task-Id header "t2"`, nats.Header{wire.HeaderTaskID: {"t2"}, wire.HeaderInReplyTo: {"m1"}}},
 	}
 	for _, tt := range tests {
 		ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: tt.subject, Data: tt.data, Header: tt.header})
@@ -115,7 +116,7 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 	if err := agentkit.EnsureStream(ctx(t), js, agentkit.StreamConfig(subjects.Default, 1)); err != nil {
 		t.Fatal(err)
 	}
-	foreign := agentkit.NewEnvelope(agentkit.TypeRequest, "someone_else", "work")
+	foreign := wire.NewEnvelope(wire.TypeRequest, "someone_else", "work")
 	foreign.ReceiverID = "recv"
 	tests := []struct {
 		name    string
@@ -132,22 +133,22 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 		{"empty receiver of SendAndWait", func() error { _, err := sender.SendAndWait(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
 		{"empty receiver of NewRequest", func() error { _, err := sender.NewRequest(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
 		{"empty topic", func() error { _, err := sender.Publish(ctx(t), "", "work", nil); return err }, agentkit.ErrInvalidID, ""},
-		{"empty action", func() error { _, err := sender.Send(ctx(t), "recv", "", nil); return err }, agentkit.ErrInvalidEnvelope, "action"},
+		{"empty action", func() error { _, err := sender.Send(ctx(t), "recv", "", nil); return err }, wire.ErrInvalidEnvelope, "action"},
 		{"unknown priority", func() error {
 			_, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority("urgent"))
 			return err
-		}, agentkit.ErrInvalidEnvelope, "priority"},
+		}, wire.ErrInvalidEnvelope, "priority"},
 		{"negative ttl", func() error {
 			_, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithTTL(-time.Second))
 			return err
-		}, agentkit.ErrInvalidEnvelope, "ttl_ms"},
-		{"payload not JSON", func() error { _, err := sender.Send(ctx(t), "recv", "work", []byte("{oops")); return err }, agentkit.ErrInvalidEnvelope, ""},
-		{"payload not marshalable", func() error { _, err := sender.Send(ctx(t), "recv", "work", make(chan int)); return err }, agentkit.ErrInvalidEnvelope, ""},
+		}, wire.ErrInvalidEnvelope, "ttl_ms"},
+		{"payload not JSON", func() error { _, err := sender.Send(ctx(t), "recv", "work", []byte("{oops")); return err }, wire.ErrInvalidEnvelope, ""},
+		{"payload not marshalable", func() error { _, err := sender.Send(ctx(t), "recv", "work", make(chan int)); return err }, wire.ErrInvalidEnvelope, ""},
 		{"above the envelope limit", func() error {
 			_, err := sender.Send(ctx(t), "recv", "work", map[string]string{"blob": strings.Repeat("x", 2<<20)})
 			return err
 		}, agentkit.ErrPayloadTooLarge, ""},
-		{"sender impersonation", func() error { return sender.SendEnvelope(ctx(t), foreign) }, agentkit.ErrInvalidEnvelope, ""},
+		{"sender impersonation", func() error { return sender.SendEnvelope(ctx(t), foreign) }, wire.ErrInvalidEnvelope, ""},
 	}
 	for _, tt := range tests {
 		err := tt.call()
@@ -155,7 +156,7 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.wantErr)
 			continue
 		}
-		var ve *agentkit.ValidationError
+		var ve *wire.ValidationError
 		if tt.field != "" && (!errors.As(err, &ve) || ve.Field != tt.field) {
 			t.Errorf("%s: err = %v, want a ValidationError on %s", tt.name, err, tt.field)
 		}
@@ -174,8 +175,8 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 	}
 	for _, opt := range []agentkit.Option{
 		agentkit.WithConcurrency(0),
-		agentkit.WithPolicy(agentkit.PriorityHigh, agentkit.DeliveryPolicy{}),
-		agentkit.WithPolicy(agentkit.PriorityHigh, agentkit.DeliveryPolicy{BackOff: []time.Duration{time.Second, time.Second}, MaxDeliver: 1, ProcessingLimit: time.Second, Prefetch: 1, MaxAckPending: 1}),
+		agentkit.WithPolicy(wire.PriorityHigh, agentkit.DeliveryPolicy{}),
+		agentkit.WithPolicy(wire.PriorityHigh, agentkit.DeliveryPolicy{BackOff: []time.Duration{time.Second, time.Second}, MaxDeliver: 1, ProcessingLimit: time.Second, Prefetch: 1, MaxAckPending: 1}),
 		agentkit.WithPolicy("urgent", fastPolicy(time.Second)),
 		agentkit.WithTopics("a.b"),
 		agentkit.WithReplicas(0),

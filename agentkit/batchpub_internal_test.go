@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -62,7 +63,7 @@ func TestFastBatches_ConcurrentBatchesGetTheirOwnAcks(t *testing.T) {
 	var wg sync.WaitGroup
 	for b := range batches {
 		wg.Go(func() {
-			envs := make([]*Envelope, size)
+			envs := make([]*wire.Envelope, size)
 			for i := range envs {
 				var err error
 				if envs[i], err = a.NewRequest(context.Background(), "receiver", "work", map[string]int{"b": b, "i": i}); err != nil {
@@ -100,7 +101,7 @@ func TestFastBatches_ConcurrentBatchesGetTheirOwnAcks(t *testing.T) {
 func TestFastBatches_NoSubscriptionAfterStop(t *testing.T) {
 	a, stream := streamAgent(t, true)
 	a.Stop()
-	envs := make([]*Envelope, 3)
+	envs := make([]*wire.Envelope, 3)
 	for i := range envs {
 		var err error
 		if envs[i], err = a.NewRequest(context.Background(), "receiver", "work", map[string]int{"i": i}); err != nil {

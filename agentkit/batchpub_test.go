@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -87,9 +88,9 @@ func (w *batchWire) record(msg *nats.Msg) {
 }
 
 // requests returns n requests from sender to "recv", with payload.
-func requests(t *testing.T, sender *agentkit.Agent, n int, payload any) []*agentkit.Envelope {
+func requests(t *testing.T, sender *agentkit.Agent, n int, payload any) []*wire.Envelope {
 	t.Helper()
-	envs := make([]*agentkit.Envelope, n)
+	envs := make([]*wire.Envelope, n)
 	for i := range envs {
 		e, err := sender.NewRequest(ctx(t), "recv", "work", payload)
 		if err != nil {
@@ -135,7 +136,7 @@ func (m *mesh) createStream(edit func(*jetstream.StreamConfig)) {
 
 // handledOnce waits until rec has handled every one of envs and checks it
 // handled each exactly once and nothing else.
-func handledOnce(t *testing.T, rec *recorder, envs []*agentkit.Envelope) {
+func handledOnce(t *testing.T, rec *recorder, envs []*wire.Envelope) {
 	t.Helper()
 	eventually(t, 10*time.Second, "every message handled", func() bool { return rec.count() >= len(envs) })
 	ids := rec.ids()
@@ -310,7 +311,7 @@ func TestSend_NoStreamSaysWhy(t *testing.T) {
 // refusals are retried until then) and returns the items it reports
 // failed. The error must be a *BatchError matching ErrPublish, and each
 // failure must name its message.
-func failedItems(t *testing.T, sender *agentkit.Agent, envs []*agentkit.Envelope) []int {
+func failedItems(t *testing.T, sender *agentkit.Agent, envs []*wire.Envelope) []int {
 	t.Helper()
 	sendCtx, cancel := context.WithTimeout(ctx(t), time.Second)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -84,7 +85,7 @@ func BenchmarkThroughput(b *testing.B) {
 
 // rawPayload is the raw scenario's message: the payload alone.
 func rawPayload(subject string) *nats.Msg {
-	return &nats.Msg{Subject: subject, Data: benchPayload, Header: nats.Header{jetstream.MsgIDHeader: {agentkit.NewMessageID()}}}
+	return &nats.Msg{Subject: subject, Data: benchPayload, Header: nats.Header{jetstream.MsgIDHeader: {wire.NewMessageID()}}}
 }
 
 // rawEnvelopeMessage returns the raw-envelope scenario's messages: the bytes and
@@ -92,19 +93,19 @@ func rawPayload(subject string) *nats.Msg {
 // encoded once, each message with its own Nats-Msg-Id. Against raw it
 // prices the envelope's size; against agentkit, agentkit's own work.
 func rawEnvelopeMessage(b *testing.B) func(string) *nats.Msg {
-	e := agentkit.NewEnvelope(agentkit.TypeRequest, "sender", "work")
+	e := wire.NewEnvelope(wire.TypeRequest, "sender", "work")
 	e.ReceiverID, e.Correlation, e.Payload = "receiver", e.MessageID, benchPayload
 	data, err := e.Encode()
 	if err != nil {
 		b.Fatal(err)
 	}
 	return func(subject string) *nats.Msg {
-		id := agentkit.NewMessageID()
+		id := wire.NewMessageID()
 		return &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
-			jetstream.MsgIDHeader:      {id},
-			agentkit.HeaderType:        {string(e.MessageType)},
-			agentkit.HeaderAction:      {e.Action},
-			agentkit.HeaderCorrelation: {id},
+			jetstream.MsgIDHeader:  {id},
+			wire.HeaderType:        {string(e.MessageType)},
+			wire.HeaderAction:      {e.Action},
+			wire.HeaderCorrelation: {id},
 		}}
 	}
 }
@@ -125,7 +126,7 @@ func rawStream(b *testing.B) (jetstream.StreamConfig, jetstream.ConsumerConfig, 
 // consumer, exactly as an agent provisions them.
 func meshStream(b *testing.B) (jetstream.StreamConfig, jetstream.ConsumerConfig, string) {
 	scheme, _ := subjects.New(fmt.Sprintf("raw%d_%d", b.N, time.Now().UnixNano()))
-	p := agentkit.PriorityNormal
+	p := wire.PriorityNormal
 	cons, err := agentkit.ConsumerConfig(scheme, "receiver", p, agentkit.DefaultPolicies()[p], nil)
 	if err != nil {
 		b.Fatal(err)
@@ -176,7 +177,7 @@ func benchRaw(b *testing.B, pubConn, subConn *nats.Conn, setup rawSetup, message
 
 // sendBatches sends n requests in batches of 256 from one goroutine.
 func sendBatches(b *testing.B, sender *agentkit.Agent, n int) {
-	batch := make([]*agentkit.Envelope, 0, 256)
+	batch := make([]*wire.Envelope, 0, 256)
 	for i := range n {
 		e, err := sender.NewRequest(context.Background(), "receiver", "work", benchPayload)
 		if err != nil {

@@ -2,12 +2,8 @@ package agentkit
 
 import (
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 )
@@ -21,47 +17,6 @@ import (
 // maxReasonBytes bounds a TERM reason, which the broker copies into its
 // advisory and the ack monitor into the dead letter's headers.
 const maxReasonBytes = 512
-
-// maxQuotedBytes bounds a peer's value quoted in a reason or a log record.
-const maxQuotedBytes = 64
-
-// truncatedMark ends a value clip shortened.
-const truncatedMark = "…(truncated)"
-
-// clip returns s cut to at most n bytes, at a rune boundary, ending in
-// truncatedMark when it was cut. Invalid UTF-8 is replaced, so the result
-// is always valid UTF-8.
-func clip(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	cut := max(n-len(truncatedMark), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + truncatedMark
-}
-
-// quote returns s as a Go-quoted string for a reason or a log record,
-// shortened to maxQuotedBytes of its content with its full length noted.
-func quote(s string) string {
-	if len(s) <= maxQuotedBytes {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(clip(s, maxQuotedBytes)) + " (" + strconv.Itoa(len(s)) + " bytes)"
-}
-
-// hasControl reports whether s holds a control character (C0, DEL or C1),
-// which would end or forge a header line if s were a header value.
-func hasControl(s string) bool {
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return true
-		}
-	}
-	return false
-}
 
 // sampledLog writes a burst of records, then at most one per interval,
 // each saying how many it left out since the one before: a sender who

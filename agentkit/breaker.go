@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // BreakerSettings configure the circuit breaker an agent keeps for each
@@ -152,7 +154,7 @@ func answered(err error) bool { return !errors.Is(err, ErrTimeout) }
 // cancelled context, a stopped agent), which says nothing about the
 // destination: the breaker counts it neither way, and a trial it ended
 // frees its slot.
-func local(err error) bool { return err != nil && !IsRemote(err) && !errors.Is(err, ErrTimeout) }
+func local(err error) bool { return err != nil && !wire.IsRemote(err) && !errors.Is(err, ErrTimeout) }
 
 // trackHealth counts consecutive NACKs and timeouts from to and marks it in
 // the registry at the thresholds: degraded after NackThreshold NACKs (seed
@@ -163,7 +165,7 @@ func (a *Agent) trackHealth(to string, err error) {
 	if local(err) {
 		return
 	}
-	nack, timeout := IsRemote(err), errors.Is(err, ErrTimeout)
+	nack, timeout := wire.IsRemote(err), errors.Is(err, ErrTimeout)
 	b := &a.breakers
 	b.mu.Lock()
 	nacksBefore, timeoutsBefore := b.nacks[to], b.timeouts[to]

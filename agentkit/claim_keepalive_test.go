@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
@@ -80,7 +81,7 @@ func bigPayload(n int) json.RawMessage {
 func slowAgent(t *testing.T, m *mesh, id string) *agentkit.Agent {
 	t.Helper()
 	nc := natstest.Connect(t, m.s, nats.SetCustomDialer(slowLink{rate: claimRate}))
-	a, err := agentkit.New(nc, id, agentkit.WithPolicy(agentkit.PriorityNormal, claimPolicy()))
+	a, err := agentkit.New(nc, id, agentkit.WithPolicy(wire.PriorityNormal, claimPolicy()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestLargePayload_LaneMessageKeptAliveWhileFetched(t *testing.T) {
 	}
 	// The second message waits in the task's lane behind the first.
 	eventually(t, 10*time.Second, "both messages at recv", func() bool {
-		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 		return err == nil && info.NumAckPending == 2
 	})
 	unblock()
@@ -192,10 +193,10 @@ func TestLargePayload_ReplyKeptAliveWhileFetched(t *testing.T) {
 func deliveredOnceAtNormal(t *testing.T, a *agentkit.Agent, n uint64) {
 	t.Helper()
 	eventually(t, 5*time.Second, "every ack at the broker", func() bool {
-		info, err := a.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		info, err := a.ConsumerInfo(ctx(t), wire.PriorityNormal)
 		return err == nil && info.NumAckPending == 0
 	})
-	info, err := a.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, err := a.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if err != nil {
 		t.Fatal(err)
 	}

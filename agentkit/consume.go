@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -23,11 +25,11 @@ import (
 // results, the handler's Message and the keep-alive state.
 type delivery struct {
 	msg      jetstream.Msg
-	env      *Envelope
+	env      *wire.Envelope
 	subject  subjects.Subject
 	delivery uint64
 	seq      uint64
-	priority Priority
+	priority wire.Priority
 	src      *source // the priority's source: its policy, and the pace that learns how long the handler took
 	task     string  // the Mesh-Task-Id header: messages of one task are handled in order
 	message  Message
@@ -60,7 +62,7 @@ func (d *delivery) attempt() uint64 { return max(d.delivery, d.redelivered.Load(
 // into the queue, where the scanner keeps it alive (see waiting), as it
 // does a reply while read fetches its large envelope. When the server
 // ends an iterator (see reopen), read opens another one.
-func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
+func (a *Agent) read(p wire.Priority, src *source, out chan<- *delivery) {
 	it := src.current()
 	retry := reopenBackOff()
 	failing := &a.failing[slices.Index(queueOrder, p)] // what Err reports while the server turns the reader away
@@ -98,11 +100,11 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 		if h.Get(headerPinID) != "" {
 			src.repin.Store(true) // nats.go took it for a pin; receive terminates the message
 		}
-		d := &delivery{msg: msg, priority: p, src: src, task: h.Get(HeaderTaskID), lastProgress: time.Now()}
+		d := &delivery{msg: msg, priority: p, src: src, task: h.Get(wire.HeaderTaskID), lastProgress: time.Now()}
 		if md, err := msg.Metadata(); err == nil {
 			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
 		}
-		if h.Get(HeaderInReplyTo) != "" {
+		if h.Get(wire.HeaderInReplyTo) != "" {
 			src.waiting.add(d) // kept alive while a large reply is fetched
 			ok := a.receive(d)
 			src.waiting.remove(d)
@@ -135,7 +137,7 @@ func (a *Agent) read(p Priority, src *source, out chan<- *delivery) {
 // reports missing heartbeats, one per pull expiry) and reads again once
 // the server serves it. It returns nil once src is stopped (which ends a
 // pause at once) or the connection is closing.
-func (a *Agent) reopen(p Priority, src *source, n int, failed bool, retry backoff.BackOff) jetstream.MessagesContext {
+func (a *Agent) reopen(p wire.Priority, src *source, n int, failed bool, retry backoff.BackOff) jetstream.MessagesContext {
 	for {
 		if failed && !src.pause(retry.NextBackOff()) {
 			return nil
@@ -270,7 +272,7 @@ func (a *Agent) receive(d *delivery) bool {
 		a.terminateInvalid(d, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", len(data), a.opts.maxEnvelope))
 		return false
 	}
-	var env *Envelope
+	var env *wire.Envelope
 	var err error
 	if msg.Headers().Get(headerPinID) != "" {
 		// The server's header, on consumers that pin a client; the
@@ -278,9 +280,9 @@ func (a *Agent) receive(d *delivery) bool {
 		a.terminateInvalid(d, headerPinID+" is the server's header, and this consumer pins no client")
 		return false
 	}
-	if ref := msg.Headers().Get(HeaderEnvelopeRef); ref != "" {
+	if ref := msg.Headers().Get(wire.HeaderEnvelopeRef); ref != "" {
 		// The ref names an object, so a subject: checked before any request is built from it.
-		if reason := checkRef(ref, msg.Headers().Get(HeaderMsgID)); reason != "" {
+		if reason := checkRef(ref, msg.Headers().Get(wire.HeaderMsgID)); reason != "" {
 			a.terminateInvalid(d, reason)
 			return false
 		}
@@ -296,7 +298,7 @@ func (a *Agent) receive(d *delivery) bool {
 			a.terminateInvalid(d, reason)
 			return false
 		}
-	} else if env, err = Decode(data); err != nil {
+	} else if env, err = wire.Decode(data); err != nil {
 		a.terminateInvalid(d, err.Error())
 		return false
 	}
@@ -310,7 +312,7 @@ func (a *Agent) receive(d *delivery) bool {
 		return false
 	}
 	if d.task != "" && env.TaskID != d.task {
-		a.terminateInvalid(d, fmt.Sprintf("task_id %q does not match the %s header %s", env.TaskID, HeaderTaskID, quote(d.task)))
+		a.terminateInvalid(d, fmt.Sprintf("task_id %q does not match the %s header %s", env.TaskID, wire.HeaderTaskID, bound.Quote(d.task)))
 		return false
 	}
 	d.env, d.subject = env, sub
@@ -322,11 +324,11 @@ func (a *Agent) receive(d *delivery) bool {
 	if env.Expired(time.Now()) {
 		a.settleAck(d, OutcomeExpired)
 		if env.RequiresAck {
-			a.reply(d, env.NewAck(a.id, NewError(CodeExpired, "ttl of %dms passed before handling", env.TTLMillis), 0))
+			a.reply(d, env.NewAck(a.id, wire.NewError(wire.CodeExpired, "ttl of %dms passed before handling", env.TTLMillis), 0))
 		}
 		return false
 	}
-	if env.InReplyTo != "" && env.MessageType != TypeRequest && env.MessageType != TypeNotification {
+	if env.InReplyTo != "" && env.MessageType != wire.TypeRequest && env.MessageType != wire.TypeNotification {
 		if w := a.takeWaiter(env); w != nil {
 			a.settleAck(d, OutcomeReply)
 			w.ch <- env // after counting, so the woken caller sees the count
@@ -345,7 +347,7 @@ func (a *Agent) receive(d *delivery) bool {
 const headerPinID = "Nats-Pin-Id"
 
 // checkRouting returns why env may not arrive on sub, or "".
-func (a *Agent) checkRouting(env *Envelope, sub subjects.Subject) string {
+func (a *Agent) checkRouting(env *wire.Envelope, sub subjects.Subject) string {
 	switch {
 	case env.SenderID != sub.Sender:
 		return fmt.Sprintf("sender_id %q does not match the subject's sender %q", env.SenderID, sub.Sender)
@@ -395,7 +397,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	defer a.handled.end(d.seq)
 	h := a.handler(d.env.Action)
 	if h == nil {
-		a.settle(d, Reject(CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
+		a.settle(d, Reject(wire.CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
 		return
 	}
 	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
@@ -470,7 +472,7 @@ func (a *Agent) call(ctx context.Context, h Handler, m *Message) (err error) {
 		if r := recover(); r != nil {
 			a.stats.add(OutcomePanic)
 			a.opts.logger.Error("handler panicked", "agent", a.id, "action", m.Action, "message_id", m.MessageID, "panic", r, "stack", string(debug.Stack()))
-			err = &retryError{code: CodeInternal, err: fmt.Errorf("handler panic: %v", r)}
+			err = &retryError{code: wire.CodeInternal, err: fmt.Errorf("handler panic: %v", r)}
 		}
 	}()
 	return h.Handle(ctx, m)
@@ -521,7 +523,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
 		a.stats.add(OutcomeNak)
 		if attempt >= uint64(d.src.policy.MaxDeliver) && a.answers(d) {
-			e := NewError(code, "giving up after %d attempts: %v", attempt, err)
+			e := wire.NewError(code, "giving up after %d attempts: %v", attempt, err)
 			a.reply(d, a.failureReply(env, e, elapsed))
 		}
 	case outcomeReroute:
@@ -529,7 +531,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		errors.As(err, &rr)
 		if rerr := a.reroute(d, rr.capability); rerr != nil {
 			// Nobody else can take it: the sender hears CAPABILITY_MISSING.
-			a.settle(d, Reject(CodeCapabilityMissing, rerr.Error()), elapsed)
+			a.settle(d, Reject(wire.CodeCapabilityMissing, rerr.Error()), elapsed)
 			return
 		}
 		a.handled.add(d.seq)
@@ -537,19 +539,19 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		a.stats.add(OutcomeReroute)
 	case outcomeTerm:
 		a.countError(string(code))
-		e := &Error{Code: code, Message: err.Error(), Retryable: false}
-		var ae *Error
+		e := &wire.Error{Code: code, Message: err.Error(), Retryable: false}
+		var ae *wire.Error
 		if errors.As(err, &ae) {
 			e = ae
 		}
-		if code == CodeCapabilityMissing {
+		if code == wire.CodeCapabilityMissing {
 			a.stats.add(OutcomeCapabilityMissing)
 		}
 		if a.answers(d) {
 			a.reply(d, a.failureReply(env, e, elapsed))
 		}
 		a.handled.add(d.seq)
-		a.brokerErr(d.msg.TermWithReason(clip(string(e.Code)+": "+e.Message, maxReasonBytes)), d, "term")
+		a.brokerErr(d.msg.TermWithReason(bound.Clip(string(e.Code)+": "+e.Message, maxReasonBytes)), d, "term")
 		a.stats.add(OutcomeTerm)
 	}
 }
@@ -558,7 +560,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 // direct requests and notifications, and anything that asked for an ack.
 func (a *Agent) answers(d *delivery) bool {
 	t := d.env.MessageType
-	if t != TypeRequest && t != TypeNotification {
+	if t != wire.TypeRequest && t != wire.TypeNotification {
 		return false
 	}
 	return d.subject.Kind == subjects.KindDirect || d.env.RequiresAck
@@ -566,7 +568,7 @@ func (a *Agent) answers(d *delivery) bool {
 
 // failureReply is the NACK ack envelope when the sender asked for an ack,
 // else an error envelope.
-func (a *Agent) failureReply(env *Envelope, e *Error, elapsed time.Duration) *Envelope {
+func (a *Agent) failureReply(env *wire.Envelope, e *wire.Error, elapsed time.Duration) *wire.Envelope {
 	if env.RequiresAck {
 		return env.NewAck(a.id, e, elapsed)
 	}
@@ -578,8 +580,8 @@ func (a *Agent) failureReply(env *Envelope, e *Error, elapsed time.Duration) *En
 // the sender wrote, is bounded, and so is the log volume a sender can
 // cause (see invalidLog).
 func (a *Agent) terminateInvalid(d *delivery, reason string) {
-	reason = clip(reason, maxReasonBytes-len(invalidPrefix))
-	a.invalidLog.record(a.opts.logger, "invalid message terminated", "agent", a.id, "subject", clip(d.msg.Subject(), 2*maxQuotedBytes), "reason", reason)
+	reason = bound.Clip(reason, maxReasonBytes-len(invalidPrefix))
+	a.invalidLog.record(a.opts.logger, "invalid message terminated", "agent", a.id, "subject", bound.Clip(d.msg.Subject(), 2*bound.MaxQuotedBytes), "reason", reason)
 	a.brokerErr(d.msg.TermWithReason(invalidPrefix+reason), d, "term")
 	a.stats.add(OutcomeInvalid)
 	a.countError("invalid")
@@ -605,7 +607,7 @@ var errProcessingLimit = errors.New("agentkit: processing limit reached")
 
 // reply publishes a reply to d from the settle path, reporting failures to
 // the error handler.
-func (a *Agent) reply(d *delivery, env *Envelope) {
+func (a *Agent) reply(d *delivery, env *wire.Envelope) {
 	ctx, cancel := a.settleContext(d)
 	defer cancel()
 	if err := a.sendReply(ctx, env); err != nil {
@@ -635,7 +637,7 @@ type lanes struct {
 }
 
 type laneKey struct {
-	p    Priority
+	p    wire.Priority
 	task string
 }
 

@@ -8,6 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -43,11 +45,11 @@ func TestTaskState_ReplayRecordedOnce(t *testing.T) {
 	noop := func(context.Context, *agentkit.Message) error { return nil }
 	// No dedup window: the replay reaches the handler and is acked again,
 	// as on another instance of the agent.
-	recv := m.started("recv", map[string]agentkit.HandlerFunc{agentkit.ActionTaskUpdate: noop},
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{protocol.ActionTaskUpdate: noop},
 		agentkit.WithRegistration(false), agentkit.WithDedupWindow(0))
 	sender := m.agent("sender", agentkit.WithRegistration(false))
-	if _, err := sender.Send(ctx(t), "recv", agentkit.ActionTaskUpdate, agentkit.TaskUpdate{TaskID: "t1", Status: agentkit.TaskInProgress, Progress: 0.5},
-		agentkit.WithTaskID("t1"), agentkit.WithMessageType(agentkit.TypeNotification)); err != nil {
+	if _, err := sender.Send(ctx(t), "recv", protocol.ActionTaskUpdate, protocol.TaskUpdate{TaskID: "t1", Status: protocol.TaskInProgress, Progress: 0.5},
+		agentkit.WithTaskID("t1"), agentkit.WithMessageType(wire.TypeNotification)); err != nil {
 		t.Fatal(err)
 	}
 	state, err := recv.State(ctx(t))
@@ -78,7 +80,7 @@ func TestTaskState_ReplayRecordedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(task.History) != 1 || task.Status != agentkit.TaskInProgress {
+	if len(task.History) != 1 || task.Status != protocol.TaskInProgress {
 		t.Fatalf("after the replay: status %s, history %+v", task.Status, task.History)
 	}
 }

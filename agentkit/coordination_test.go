@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // Messages of one task are handled one at a time in stream order while
@@ -27,7 +29,7 @@ func TestOrdering_WithinTaskWhileTasksInterleave(t *testing.T) {
 	recv := m.started("worker", map[string]agentkit.HandlerFunc{"step": func(ctx context.Context, msg *agentkit.Message) error {
 		var step struct{ N int }
 		if err := msg.DecodePayload(&step); err != nil {
-			return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+			return agentkit.Reject(wire.CodeInvalid, err.Error())
 		}
 		mu.Lock()
 		running[msg.TaskID]++
@@ -44,7 +46,7 @@ func TestOrdering_WithinTaskWhileTasksInterleave(t *testing.T) {
 		return nil
 	}}, agentkit.WithConcurrency(4))
 	sender := m.agent("sender")
-	var batch []*agentkit.Envelope
+	var batch []*wire.Envelope
 	for n := range perTask {
 		for task := range tasks {
 			e, err := sender.NewRequest(ctx(t), "worker", "step", map[string]int{"n": n}, agentkit.WithTaskID(fmt.Sprintf("task%d", task)))
@@ -88,7 +90,7 @@ func TestOrdering_WithinTaskWhileTasksInterleave(t *testing.T) {
 func TestContext_InheritedByOutgoingMessages(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	got := make(chan *agentkit.Envelope, 1)
+	got := make(chan *wire.Envelope, 1)
 	m.started("validator", map[string]agentkit.HandlerFunc{"validate": func(_ context.Context, msg *agentkit.Message) error {
 		got <- msg.Envelope
 		return nil
@@ -127,7 +129,7 @@ func TestWorkflowStatus(t *testing.T) {
 	}})
 	m.started("executor", map[string]agentkit.HandlerFunc{"execute_operation": func(_ context.Context, msg *agentkit.Message) error {
 		if string(msg.Payload) == `"bad"` {
-			return agentkit.Reject(agentkit.CodeInvalid, "bad operation")
+			return agentkit.Reject(wire.CodeInvalid, "bad operation")
 		}
 		return nil
 	}})
@@ -182,28 +184,28 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 	m := newMesh(t)
 	noop := func(context.Context, *agentkit.Message) error { return nil }
 	orch := m.started("orch", map[string]agentkit.HandlerFunc{
-		agentkit.ActionTaskUpdate: noop, agentkit.ActionTaskComplete: noop,
+		protocol.ActionTaskUpdate: noop, protocol.ActionTaskComplete: noop,
 	}, agentkit.WithHeartbeat(testHeartbeat), agentkit.WithErrorHandler(func(err error) { t.Log("orch:", err) }))
 	var executor *agentkit.Agent
-	executor = m.started("executor", map[string]agentkit.HandlerFunc{agentkit.ActionTaskAssign: func(ctx context.Context, msg *agentkit.Message) error {
+	executor = m.started("executor", map[string]agentkit.HandlerFunc{protocol.ActionTaskAssign: func(ctx context.Context, msg *agentkit.Message) error {
 		// The task id is inherited from the assignment.
-		if _, err := executor.Send(ctx, "orch", agentkit.ActionTaskUpdate, agentkit.TaskUpdate{TaskID: msg.TaskID, Status: agentkit.TaskInProgress, Progress: 0.5},
-			agentkit.WithMessageType(agentkit.TypeNotification)); err != nil {
+		if _, err := executor.Send(ctx, "orch", protocol.ActionTaskUpdate, protocol.TaskUpdate{TaskID: msg.TaskID, Status: protocol.TaskInProgress, Progress: 0.5},
+			agentkit.WithMessageType(wire.TypeNotification)); err != nil {
 			return err
 		}
-		_, err := executor.Send(ctx, "orch", agentkit.ActionTaskComplete, agentkit.TaskComplete{TaskID: msg.TaskID, Result: json.RawMessage(`{"updated":1}`)},
-			agentkit.WithMessageType(agentkit.TypeNotification))
+		_, err := executor.Send(ctx, "orch", protocol.ActionTaskComplete, protocol.TaskComplete{TaskID: msg.TaskID, Result: json.RawMessage(`{"updated":1}`)},
+			agentkit.WithMessageType(wire.TypeNotification))
 		return err
 	}}, agentkit.WithHeartbeat(testHeartbeat))
-	m.started("router", map[string]agentkit.HandlerFunc{agentkit.ActionTaskAssign: func(context.Context, *agentkit.Message) error {
+	m.started("router", map[string]agentkit.HandlerFunc{protocol.ActionTaskAssign: func(context.Context, *agentkit.Message) error {
 		return agentkit.Reroute("database")
 	}}, agentkit.WithHeartbeat(testHeartbeat))
 	_ = executor
 	// executor declares the capability the router reroutes to.
-	exec2 := m.started("executor_db", map[string]agentkit.HandlerFunc{agentkit.ActionTaskAssign: noop},
+	exec2 := m.started("executor_db", map[string]agentkit.HandlerFunc{protocol.ActionTaskAssign: noop},
 		agentkit.WithCapabilities(agentkit.Capability{Name: "database"}), agentkit.WithHeartbeat(testHeartbeat))
 	_ = exec2
-	if _, err := orch.Send(ctx(t), "executor", agentkit.ActionTaskAssign, agentkit.TaskAssignment{TaskID: "t1", TaskType: "db_update"}, agentkit.WithTaskID("t1")); err != nil {
+	if _, err := orch.Send(ctx(t), "executor", protocol.ActionTaskAssign, protocol.TaskAssignment{TaskID: "t1", TaskType: "db_update"}, agentkit.WithTaskID("t1")); err != nil {
 		t.Fatal(err)
 	}
 	state, err := orch.State(ctx(t))
@@ -215,7 +217,7 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 	// its handler sent the update and completion: wait for all three.
 	eventually(t, 5*time.Second, "task t1 completed with three events", func() bool {
 		task, err = state.Task(ctx(t), "t1")
-		return err == nil && task.Status == agentkit.TaskCompleted && len(task.History) == 3
+		return err == nil && task.Status == protocol.TaskCompleted && len(task.History) == 3
 	})
 	var events []string
 	for _, ev := range task.History {
@@ -228,7 +230,7 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "database", Status: agentkit.StatusReady})
 		return len(got) == 1
 	})
-	if _, err := orch.Send(ctx(t), "router", agentkit.ActionTaskAssign, agentkit.TaskAssignment{TaskID: "t2", TaskType: "db_update"}, agentkit.WithTaskID("t2")); err != nil {
+	if _, err := orch.Send(ctx(t), "router", protocol.ActionTaskAssign, protocol.TaskAssignment{TaskID: "t2", TaskType: "db_update"}, agentkit.WithTaskID("t2")); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "t2 handed off and assigned", func() bool {
@@ -322,7 +324,7 @@ func TestDedup_RedeliveryWhileRunningIsNotHandledTwice(t *testing.T) {
 	if rec.count() != 1 {
 		t.Fatalf("handler ran %d times", rec.count())
 	}
-	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if err != nil {
 		t.Fatal(err)
 	}

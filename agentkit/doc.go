@@ -1,6 +1,8 @@
 // Package agentkit is the SDK an agent links to talk to other agents over
-// NATS JetStream: the ACL message envelope, an agent runtime with
-// at-least-once delivery, request/response, publish/subscribe and broadcast.
+// NATS JetStream: an agent runtime with at-least-once delivery,
+// request/response, publish/subscribe and broadcast. The messages it sends
+// are the envelopes of package [wire] (the wire format, which tools read
+// without the runtime); the standard payloads are in package [protocol].
 //
 // # Agents
 //
@@ -125,8 +127,9 @@
 // that acks a task.* message records it in the task's state. [Sessions]
 // keeps seed 004's sessions (participants, decisions, artifacts) in
 // mesh_sessions, expiring on their own. The standard protocols of seed 002
-// are actions with typed payloads ([TaskAssignment], [TaskHandoffRequest],
-// [HelpRequest], [StatusUpdate], [ErrorReport], ...) and helpers
+// are actions with typed payloads ([protocol.TaskAssignment],
+// [protocol.TaskHandoffRequest], [protocol.HelpRequest],
+// [protocol.StatusUpdate], [protocol.ErrorReport], ...) and helpers
 // ([Agent.Handoff], [Agent.RequestHelp], [Call]).
 //
 // # Observability and security
@@ -159,9 +162,10 @@
 //
 // # Errors
 //
-// Sentinel errors ([ErrInvalidEnvelope], [ErrInvalidID], [ErrTimeout],
+// Sentinel errors ([wire.ErrInvalidEnvelope], [ErrInvalidID], [ErrTimeout],
 // [ErrPublish], [ErrPublishUnconfirmed], [ErrClosed], [ErrConnClosed],
 // ...) are wrapped with context; match them with errors.Is.
-// An error another agent sent back is an [*Error] with a closed [ErrorCode]:
-// use errors.As, [CodeOf], [IsRemote] and [IsRetryable].
+// An error another agent sent back is a [*wire.Error] with a closed
+// [wire.ErrorCode]: use errors.As, [CodeOf], [wire.IsRemote] and
+// [IsRetryable].
 package agentkit

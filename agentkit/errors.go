@@ -2,14 +2,12 @@ package agentkit
 
 import (
 	"errors"
-	"fmt"
-	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // Sentinel errors. Each is returned wrapped with context; match with errors.Is.
 var (
-	// ErrInvalidEnvelope: an envelope failed to decode or validate.
-	ErrInvalidEnvelope = errors.New("agentkit: invalid envelope")
 	// ErrInvalidOption: an option or argument was out of range.
 	ErrInvalidOption = errors.New("agentkit: invalid option")
 	// ErrInvalidID: an agent id or topic is not a valid subject token.
@@ -51,82 +49,27 @@ var (
 	ErrPermissionDenied = errors.New("agentkit: permission denied")
 )
 
-// ValidationError names the envelope field that failed validation.
-type ValidationError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("agentkit: invalid envelope: %s: %s", e.Field, e.Reason)
-}
-
-// Is reports whether target is [ErrInvalidEnvelope].
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEnvelope }
-
-func invalid(field, reason string) error { return &ValidationError{Field: field, Reason: reason} }
-
-// Error is the error object of the ACL envelope and the Go error returned by
-// [Agent.Request] and [Agent.SendAndWait] when the receiver answered with an
-// error or a NACK. Use errors.As to read the code.
-type Error struct {
-	Code         ErrorCode      `json:"code"`
-	Message      string         `json:"message,omitempty"`
-	Retryable    bool           `json:"retryable"`
-	RetryAfterMS int64          `json:"retry_after_ms,omitzero"`
-	Details      map[string]any `json:"details,omitempty"`
-	remote       bool           // set when the error came back from another agent
-}
-
-// NewError returns an error with code, a message, and the code's retryability.
-func NewError(code ErrorCode, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Retryable: code.Retryable()}
-}
-
-func (e *Error) Error() string {
-	origin := "agentkit"
-	if e.remote {
-		origin = "agentkit: remote"
-	}
-	if e.Message == "" {
-		return fmt.Sprintf("%s: %s", origin, e.Code)
-	}
-	return fmt.Sprintf("%s: %s: %s", origin, e.Code, e.Message)
-}
-
-// RetryAfter returns the receiver's hint of when to retry, or 0; absurd
-// hints are capped at [MaxTTLMillis].
-func (e *Error) RetryAfter() time.Duration {
-	return time.Duration(min(max(e.RetryAfterMS, 0), MaxTTLMillis)) * time.Millisecond
-}
-
-// IsRemote reports whether err carries an [*Error] sent back by another agent.
-func IsRemote(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.remote
-}
-
-// CodeOf returns the [ErrorCode] carried by err, [CodeTimeout] for
+// CodeOf returns the [wire.ErrorCode] carried by err, [wire.CodeTimeout] for
 // [ErrTimeout], or "" when err carries none.
-func CodeOf(err error) ErrorCode {
-	var e *Error
+func CodeOf(err error) wire.ErrorCode {
+	var e *wire.Error
 	if errors.As(err, &e) {
 		return e.Code
 	}
 	if errors.Is(err, ErrTimeout) {
-		return CodeTimeout
+		return wire.CodeTimeout
 	}
 	return ""
 }
 
 // IsRetryable reports whether trying again may succeed: a timeout, a
 // publish failure, an unconfirmed publish (resend it under the same
-// message id), or an [*Error] marked retryable; never a permission denial.
+// message id), or an [*wire.Error] marked retryable; never a permission denial.
 func IsRetryable(err error) bool {
 	if errors.Is(err, ErrPermissionDenied) {
 		return false
 	}
-	var e *Error
+	var e *wire.Error
 	if errors.As(err, &e) {
 		return e.Retryable
 	}

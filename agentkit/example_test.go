@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // exampleServer is an embedded JetStream server the examples run against.
@@ -60,7 +61,7 @@ func Example() {
 			CustomerID string `json:"customer_id"`
 		}
 		if err := m.DecodePayload(&req); err != nil {
-			return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+			return agentkit.Reject(wire.CodeInvalid, err.Error())
 		}
 		return m.Reply(ctx, "plan_complete", map[string]any{"customer_id": req.CustomerID, "tasks": []string{"fetch", "update", "validate"}})
 	})
@@ -76,7 +77,7 @@ func Example() {
 	defer orch.Stop()
 
 	reply, err := orch.Request(ctx, "planner_1", "plan_workflow", map[string]string{"customer_id": "CUST001"},
-		agentkit.WithPriority(agentkit.PriorityHigh), agentkit.WithWorkflowID("wf_abc"))
+		agentkit.WithPriority(wire.PriorityHigh), agentkit.WithWorkflowID("wf_abc"))
 	if err != nil {
 		panic(err)
 	}
@@ -99,7 +100,7 @@ func ExampleAgent_SendAndWait() {
 			CreditLimit int `json:"credit_limit"`
 		}
 		if err := m.DecodePayload(&op); err != nil || op.CreditLimit <= 0 {
-			return agentkit.Reject(agentkit.CodeInvalid, "credit_limit must be positive")
+			return agentkit.Reject(wire.CodeInvalid, "credit_limit must be positive")
 		}
 		return nil
 	})
@@ -117,7 +118,7 @@ func ExampleAgent_SendAndWait() {
 	fmt.Println(ack.OK, err)
 
 	ack, err = orch.SendAndWait(ctx, "executor_1", "execute_operation", map[string]int{"credit_limit": -5})
-	var nack *agentkit.Error
+	var nack *wire.Error
 	fmt.Println(ack.OK, errors.As(err, &nack), nack.Code, nack.Message)
 	// Output:
 	// true <nil>
@@ -165,11 +166,4 @@ func ExampleAgent_Send_invalidID() {
 	// Output:
 	// true
 	// agentkit: invalid id: subjects: invalid receiver id "planner.1": character '.' at byte 7 is not in [A-Za-z0-9_-]
-}
-
-func ExampleNewCorrelationID() {
-	at := time.Unix(1692633612, 0)
-	fmt.Println(agentkit.NewCorrelationID("session_user_1692633600", "show me datacenter-01 devices", at))
-	// Output:
-	// session_user_1692633600_87cb0a94_1692633612
 }

@@ -7,17 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-)
 
-// Metadata keys of forwarded messages. A message forwarded by Reroute or a
-// fallback keeps the original sender and message id here, so the agent
-// that finally handles it replies to the original sender, in reply to the
-// original message: a Request waiting there gets its answer.
-const (
-	MetaOriginSender    = "origin_sender"
-	MetaOriginMessageID = "origin_message_id"
-	MetaHandoffFrom     = "handoff_from"   // the agent the message was meant for, or that passed it on
-	MetaHandoffReason   = "handoff_reason" // why: "circuit open", "reroute"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // NoFallbackError says no READY agent with Capability could take a message.
@@ -104,7 +95,7 @@ func withHandoff(md map[string]string, from, reason string) map[string]string {
 	if md == nil {
 		md = map[string]string{}
 	}
-	md[MetaHandoffFrom], md[MetaHandoffReason] = from, reason
+	md[wire.MetaHandoffFrom], md[wire.MetaHandoffReason] = from, reason
 	return md
 }
 
@@ -113,14 +104,14 @@ func withHandoff(md map[string]string, from, reason string) map[string]string {
 // original sender and message id kept for the reply. The id is derived
 // from self and e's id, so forwarding e again (a redelivery) repeats it
 // and the stream keeps one forward.
-func (e *Envelope) forward(self, selfType, to, reason string) *Envelope {
+func forward(e *wire.Envelope, self, selfType, to, reason string) *wire.Envelope {
 	f := *e
 	f.MessageID = forwardID(self, e.MessageID)
 	f.SenderID, f.SenderType = self, selfType
 	f.ReceiverID, f.ReceiverType, f.Topic = to, "", ""
 	f.Metadata = withHandoff(e.Metadata, self, reason)
-	if f.Metadata[MetaOriginSender] == "" {
-		f.Metadata[MetaOriginSender], f.Metadata[MetaOriginMessageID] = e.SenderID, e.MessageID
+	if f.Metadata[wire.MetaOriginSender] == "" {
+		f.Metadata[wire.MetaOriginSender], f.Metadata[wire.MetaOriginMessageID] = e.SenderID, e.MessageID
 	}
 	return &f
 }
@@ -139,7 +130,7 @@ func (a *Agent) reroute(d *delivery, capability string) error {
 	if err != nil {
 		return err
 	}
-	f := d.env.forward(a.id, a.opts.agentType, to, "reroute")
+	f := forward(d.env, a.id, a.opts.agentType, to, "reroute")
 	if err := a.sendReply(ctx, f); err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // Handler handles the messages of one action. The error it returns decides
@@ -29,9 +31,9 @@ type HandlerFunc func(ctx context.Context, m *Message) error
 func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
 
 // Message is a received envelope with its delivery details. The embedded
-// [Envelope] must not be modified.
+// [wire.Envelope] must not be modified.
 type Message struct {
-	*Envelope
+	*wire.Envelope
 	// Subject is the subject the message was published on.
 	Subject string
 	// Delivery is the delivery attempt, 1 on the first.
@@ -56,36 +58,36 @@ func (m *Message) Reply(ctx context.Context, action string, payload any) error {
 
 // ReplyError sends an error envelope answering this message. Most handlers
 // return [Reject] instead, which also terminates the message.
-func (m *Message) ReplyError(ctx context.Context, e *Error) error {
+func (m *Message) ReplyError(ctx context.Context, e *wire.Error) error {
 	return m.agent.sendReply(ctx, m.NewErrorReply(m.agent.id, e))
 }
 
 // Busy returns an error telling the runtime the agent cannot take the
 // message now: it is NAKed and redelivered after the given delay, or after
 // the priority's backoff for this attempt when after is 0.
-func Busy(after time.Duration) error { return &retryError{delay: after, code: CodeBusy} }
+func Busy(after time.Duration) error { return &retryError{delay: after, code: wire.CodeBusy} }
 
 // Retry wraps err so the message is redelivered after delay (0: the
 // priority's backoff). Plain errors returned by a handler are retried the
 // same way; Retry only sets the delay.
 func Retry(err error, after time.Duration) error {
-	return &retryError{delay: after, code: CodeInternal, err: err}
+	return &retryError{delay: after, code: wire.CodeInternal, err: err}
 }
 
 // Reject returns an error telling the runtime the message can never
 // succeed: it is terminated with reason and the sender receives an error
 // (or NACK) envelope carrying code. A handler returning a non-retryable
-// [*Error] has the same effect.
-func Reject(code ErrorCode, reason string) error {
+// [*wire.Error] has the same effect.
+func Reject(code wire.ErrorCode, reason string) error {
 	if !code.Valid() {
-		code = CodeRejected
+		code = wire.CodeRejected
 	}
-	return &Error{Code: code, Message: reason, Retryable: false}
+	return &wire.Error{Code: code, Message: reason, Retryable: false}
 }
 
 type retryError struct {
 	delay time.Duration
-	code  ErrorCode
+	code  wire.ErrorCode
 	err   error
 }
 
@@ -112,13 +114,13 @@ func encodePayload(payload any) (json.RawMessage, error) {
 	}
 	b, err := json.Marshal(payload)
 	if err != nil {
-		return nil, fmt.Errorf("%w: payload: %w", ErrInvalidEnvelope, err)
+		return nil, fmt.Errorf("%w: payload: %w", wire.ErrInvalidEnvelope, err)
 	}
 	return b, nil
 }
 
 // classify maps a handler's error to an outcome.
-func classify(err error) (kind outcome, code ErrorCode, delay time.Duration) {
+func classify(err error) (kind outcome, code wire.ErrorCode, delay time.Duration) {
 	if err == nil {
 		return outcomeAck, "", 0
 	}
@@ -130,7 +132,7 @@ func classify(err error) (kind outcome, code ErrorCode, delay time.Duration) {
 	if errors.As(err, &re) {
 		return outcomeRetry, re.code, re.delay
 	}
-	var e *Error
+	var e *wire.Error
 	if errors.As(err, &e) && !e.Retryable {
 		return outcomeTerm, e.Code, 0
 	}
@@ -138,7 +140,7 @@ func classify(err error) (kind outcome, code ErrorCode, delay time.Duration) {
 		return outcomeRetry, e.Code, e.RetryAfter()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return outcomeRetry, CodeTimeout, 0
+		return outcomeRetry, wire.CodeTimeout, 0
 	}
-	return outcomeRetry, CodeInternal, 0
+	return outcomeRetry, wire.CodeInternal, 0
 }

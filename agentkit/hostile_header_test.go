@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -43,12 +44,12 @@ func TestHostileInput_BoundedBeforeUse(t *testing.T) {
 		header nats.Header
 		reason string // must appear in the TERM reason
 	}{
-		{"oversize envelope ref", valid(), nats.Header{agentkit.HeaderEnvelopeRef: {long}}, "Mesh-Envelope-Ref"},
-		{"oversize envelope ref naming the message", withID(long), nats.Header{agentkit.HeaderEnvelopeRef: {long}, agentkit.HeaderMsgID: {long}}, "message_id"},
-		{"envelope ref not the message id", valid(), nats.Header{agentkit.HeaderEnvelopeRef: {"other"}, agentkit.HeaderMsgID: {"mine"}}, `"other" is not the message's Nats-Msg-Id "mine"`},
-		{"envelope ref with a line break", withID("a\r\nb"), nats.Header{agentkit.HeaderEnvelopeRef: {"a\r\nb"}}, "Mesh-Envelope-Ref"},
+		{"oversize envelope ref", valid(), nats.Header{wire.HeaderEnvelopeRef: {long}}, "Mesh-Envelope-Ref"},
+		{"oversize envelope ref naming the message", withID(long), nats.Header{wire.HeaderEnvelopeRef: {long}, wire.HeaderMsgID: {long}}, "message_id"},
+		{"envelope ref not the message id", valid(), nats.Header{wire.HeaderEnvelopeRef: {"other"}, wire.HeaderMsgID: {"mine"}}, `"other" is not the message's Nats-Msg-Id "mine"`},
+		{"envelope ref with a line break", withID("a\r\nb"), nats.Header{wire.HeaderEnvelopeRef: {"a\r\nb"}}, "Mesh-Envelope-Ref"},
 		{"oversize task header", rawEnvelope(t, func(m map[string]any) { m["task_id"] = "t1" }),
-			nats.Header{agentkit.HeaderTaskID: {strings.Repeat("t", 60<<10)}}, "(61440 bytes)"},
+			nats.Header{wire.HeaderTaskID: {strings.Repeat("t", 60<<10)}}, "(61440 bytes)"},
 		{"oversize action", rawEnvelope(t, func(m map[string]any) { m["action"] = strings.Repeat("a", 100<<10) }), nil, "action: longer than 256 characters"},
 		{"oversize priority", rawEnvelope(t, func(m map[string]any) { m["priority"] = strings.Repeat("p", 100<<10) }), nil, "unknown priority"},
 		{"control character in an id", rawEnvelope(t, func(m map[string]any) { m["correlation_id"] = "c\r\nNats-Msg-Id: x" }), nil, "correlation_id: contains a control character"},
@@ -248,7 +249,7 @@ func TestHostileInput_PayloadObjectFaults(t *testing.T) {
 	} {
 		data := rawEnvelope(t, func(m map[string]any) { m["message_id"] = tt.id })
 		ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent.recv.normal.sender", Data: data,
-			Header: nats.Header{agentkit.HeaderEnvelopeRef: {tt.id}, agentkit.HeaderMsgID: {tt.id}}})
+			Header: nats.Header{wire.HeaderEnvelopeRef: {tt.id}, wire.HeaderMsgID: {tt.id}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +280,7 @@ func TestHostileInput_ForgedStatusMessages(t *testing.T) {
 	adv := m.watchAdvisories()
 	var rec recorder
 	short := fastPolicy(300*time.Millisecond, 300*time.Millisecond)
-	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)}, agentkit.WithPolicy(agentkit.PriorityBatch, short))
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)}, agentkit.WithPolicy(wire.PriorityBatch, short))
 	js, err := jetstream.New(m.conn())
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +305,7 @@ func TestHostileInput_ForgedStatusMessages(t *testing.T) {
 		})
 	}
 	sender := m.agent("sender")
-	if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityBatch)); err != nil {
+	if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority(wire.PriorityBatch)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "a good message after the forged ones", func() bool { return rec.count() == 1 })

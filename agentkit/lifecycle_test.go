@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
@@ -43,7 +44,7 @@ func TestLifecycle_StartIsIdempotentOnTheServer(t *testing.T) {
 	m := newMesh(t)
 	m.started("a", nil)
 	b := m.started("a", nil)
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		info, err := b.ConsumerInfo(ctx(t), p)
 		if err != nil {
 			t.Fatal(err)
@@ -192,7 +193,7 @@ func TestLifecycle_StopHandsBackInFlight(t *testing.T) {
 		}
 	}
 	eventually(t, 5*time.Second, "all three in the worker's client", func() bool {
-		info, err := a.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		info, err := a.ConsumerInfo(ctx(t), wire.PriorityNormal)
 		return err == nil && info.NumAckPending == n && starts.Load() == 1
 	})
 	a.Stop()
@@ -205,7 +206,7 @@ func TestLifecycle_StopHandsBackInFlight(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Second)
 	for rec.count() != n {
 		if time.Now().After(deadline) {
-			info, _ := b.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+			info, _ := b.ConsumerInfo(ctx(t), wire.PriorityNormal)
 			t.Fatalf("%d of %d redelivered to the second instance: %+v waiting=%d ackpending=%d redelivered=%d pending=%d stats A=%v",
 				rec.count(), n, info.Delivered, info.NumWaiting, info.NumAckPending, info.NumRedelivered, info.NumPending, a.Stats().Outcomes)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -22,18 +23,18 @@ func TestRequest_Response(t *testing.T) {
 	m.started("planner_1", map[string]agentkit.HandlerFunc{"plan_workflow": func(ctx context.Context, msg *agentkit.Message) error {
 		var in struct{ Operation string }
 		if err := msg.DecodePayload(&in); err != nil {
-			return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+			return agentkit.Reject(wire.CodeInvalid, err.Error())
 		}
 		return msg.Reply(ctx, "plan_complete", map[string]any{"tasks": []string{"fetch", "update", "validate"}, "op": in.Operation})
 	}}, agentkit.WithType("planner"))
 	orch := m.started("orch_1", nil, agentkit.WithType("orchestrator"))
 	reply, err := orch.Request(ctx(t), "planner_1", "plan_workflow", map[string]string{"operation": "update"},
-		agentkit.WithPriority(agentkit.PriorityHigh), agentkit.WithWorkflowID("wf_abc"), agentkit.WithCorrelationID("corr_1"))
+		agentkit.WithPriority(wire.PriorityHigh), agentkit.WithWorkflowID("wf_abc"), agentkit.WithCorrelationID("corr_1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reply.MessageType != agentkit.TypeResponse || reply.Action != "plan_complete" || reply.Status != agentkit.StatusSuccess ||
-		reply.WorkflowID != "wf_abc" || reply.Correlation != "corr_1" || reply.Priority != agentkit.PriorityHigh ||
+	if reply.MessageType != wire.TypeResponse || reply.Action != "plan_complete" || reply.Status != wire.StatusSuccess ||
+		reply.WorkflowID != "wf_abc" || reply.Correlation != "corr_1" || reply.Priority != wire.PriorityHigh ||
 		reply.SenderID != "planner_1" || reply.SenderType != "planner" || reply.ReceiverType != "orchestrator" {
 		t.Fatalf("reply = %+v", reply)
 	}
@@ -82,7 +83,7 @@ func TestRequest_TimeoutThenLateResponse(t *testing.T) {
 	c, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
 	defer cancel()
 	_, err := orch.Request(c, "slow", "think", nil)
-	if !errors.Is(err, agentkit.ErrTimeout) || agentkit.CodeOf(err) != agentkit.CodeTimeout || !agentkit.IsRetryable(err) {
+	if !errors.Is(err, agentkit.ErrTimeout) || agentkit.CodeOf(err) != wire.CodeTimeout || !agentkit.IsRetryable(err) {
 		t.Fatalf("Request error = %v, want ErrTimeout", err)
 	}
 	close(release)
@@ -112,7 +113,7 @@ func TestSendAndWait_Ack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ack.OK || ack.Error != nil || ack.ProcessingTime < 20*time.Millisecond || ack.Envelope.Status != agentkit.StatusACK {
+	if !ack.OK || ack.Error != nil || ack.ProcessingTime < 20*time.Millisecond || ack.Envelope.Status != wire.StatusACK {
 		t.Fatalf("ack = %+v", ack)
 	}
 }
@@ -121,15 +122,15 @@ func TestSendAndWait_Nack(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	m.started("executor_1", map[string]agentkit.HandlerFunc{"execute_operation": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeInvalid, "credit_limit must be positive")
+		return agentkit.Reject(wire.CodeInvalid, "credit_limit must be positive")
 	}})
 	orch := m.started("orch_1", nil)
 	ack, err := orch.SendAndWait(ctx(t), "executor_1", "execute_operation", map[string]any{"credit_limit": -1})
-	var e *agentkit.Error
-	if !errors.As(err, &e) || e.Code != agentkit.CodeInvalid || e.Message != "credit_limit must be positive" {
+	var e *wire.Error
+	if !errors.As(err, &e) || e.Code != wire.CodeInvalid || e.Message != "credit_limit must be positive" {
 		t.Fatalf("err = %v, want INVALID NACK", err)
 	}
-	if ack.OK || ack.Envelope.Status != agentkit.StatusNACK || ack.Envelope.MessageType != agentkit.TypeAck || ack.Error.Code != agentkit.CodeInvalid {
+	if ack.OK || ack.Envelope.Status != wire.StatusNACK || ack.Envelope.MessageType != wire.TypeAck || ack.Error.Code != wire.CodeInvalid {
 		t.Fatalf("ack = %+v", ack)
 	}
 }
@@ -163,12 +164,12 @@ func TestPublishSubscribe_ThreeSubscribers(t *testing.T) {
 		return true
 	})
 	for i := range all {
-		if got := all[i].msgs[0]; got.MessageID != env.MessageID || got.Topic != "findings" || got.MessageType != agentkit.TypeNotification {
+		if got := all[i].msgs[0]; got.MessageID != env.MessageID || got.Topic != "findings" || got.MessageType != wire.TypeNotification {
 			t.Fatalf("subscriber %d got %+v", i, got.Envelope)
 		}
 	}
 	eventually(t, 5*time.Second, "publisher skips its own message", func() bool { return pub.Stats().Outcomes[agentkit.OutcomeOwn] == 1 })
-	info, err := bystander.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, err := bystander.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestBroadcast_FiveAgents(t *testing.T) {
 		m.started(fmt.Sprintf("agent%d", i), map[string]agentkit.HandlerFunc{"shutdown_notice": recs[i].handle(nil)})
 	}
 	ops := m.started("ops", nil)
-	if _, err := ops.Broadcast(ctx(t), "shutdown_notice", map[string]int{"countdown": 30}, agentkit.WithPriority(agentkit.PriorityCritical)); err != nil {
+	if _, err := ops.Broadcast(ctx(t), "shutdown_notice", map[string]int{"countdown": 30}, agentkit.WithPriority(wire.PriorityCritical)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "five deliveries", func() bool {
@@ -205,7 +206,7 @@ func TestSend_SameMessageIDHandledOnce(t *testing.T) {
 	var rec recorder
 	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
 	sender := m.agent("sender")
-	id := agentkit.NewMessageID()
+	id := wire.NewMessageID()
 	for range 2 {
 		if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithMessageID(id)); err != nil {
 			t.Fatal(err)
@@ -223,7 +224,7 @@ func TestSend_SameMessageIDHandledOnce(t *testing.T) {
 	if got := rec.ids(); len(got) != 1 || got[id] != 1 {
 		t.Fatalf("handled %v, want %s once", got, id)
 	}
-	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,14 +245,14 @@ func TestRequest_RetrySameIDAfterTimeout(t *testing.T) {
 		return msg.Reply(ctx, "done", nil)
 	}})
 	orch := m.started("orch", nil)
-	id := agentkit.NewMessageID()
+	id := wire.NewMessageID()
 	short, cancel := context.WithTimeout(ctx(t), 300*time.Millisecond)
 	defer cancel()
 	if _, err := orch.Request(short, "recv", "work", nil, agentkit.WithMessageID(id)); !errors.Is(err, agentkit.ErrTimeout) {
 		t.Fatalf("first Request: %v, want ErrTimeout", err)
 	}
 	type result struct {
-		reply *agentkit.Envelope
+		reply *wire.Envelope
 		err   error
 	}
 	done := make(chan result, 1)
@@ -293,7 +294,7 @@ func TestInstances_ShareWorkAndSurviveACrash(t *testing.T) {
 		}
 	}
 	connA := m.conn()
-	a, err := agentkit.New(connA, "worker", agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(2))
+	a, err := agentkit.New(connA, "worker", agentkit.WithPolicy(wire.PriorityNormal, pol), agentkit.WithConcurrency(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestInstances_ShareWorkAndSurviveACrash(t *testing.T) {
 	if err := a.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	m.started("worker", map[string]agentkit.HandlerFunc{"work": handler("B")}, agentkit.WithPolicy(agentkit.PriorityNormal, pol))
+	m.started("worker", map[string]agentkit.HandlerFunc{"work": handler("B")}, agentkit.WithPolicy(wire.PriorityNormal, pol))
 	sender := m.agent("sender")
 	sent := map[string]bool{}
 	for i := range n {
@@ -360,7 +361,7 @@ func TestCritical_OvertakesLowBacklog(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for next.Add(1) <= backlog {
-				if _, err := sender.Send(ctx(t), "recv", "low_work", nil, agentkit.WithPriority(agentkit.PriorityLow)); err != nil {
+				if _, err := sender.Send(ctx(t), "recv", "low_work", nil, agentkit.WithPriority(wire.PriorityLow)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -371,7 +372,7 @@ func TestCritical_OvertakesLowBacklog(t *testing.T) {
 	if err := recv.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sender.Send(ctx(t), "recv", "alarm", nil, agentkit.WithPriority(agentkit.PriorityCritical)); err != nil {
+	if _, err := sender.Send(ctx(t), "recv", "alarm", nil, agentkit.WithPriority(wire.PriorityCritical)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -414,7 +415,7 @@ func TestExpired_NeverHandled(t *testing.T) {
 	if ids := rec.ids(); ids[expired.MessageID] != 0 || ids[fresh.MessageID] != 1 {
 		t.Fatalf("handled %v", ids)
 	}
-	info, _ := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, _ := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if info.NumAckPending != 0 || info.NumRedelivered != 0 {
 		t.Fatalf("expired message not acked: %+v", info)
 	}
@@ -469,7 +470,7 @@ func TestSend_ConcurrentPayloadsIntact(t *testing.T) {
 		wg.Go(func() {
 			if g%2 == 0 { // Send, one at a time
 				for range each {
-					id := agentkit.NewMessageID()
+					id := wire.NewMessageID()
 					if _, err := sender.Send(ctx(t), "recv", "work", payload(id), agentkit.WithMessageID(id)); err != nil {
 						t.Error(err)
 						return
@@ -477,9 +478,9 @@ func TestSend_ConcurrentPayloadsIntact(t *testing.T) {
 				}
 				return
 			}
-			batch := make([]*agentkit.Envelope, each) // SendBatch, all at once
+			batch := make([]*wire.Envelope, each) // SendBatch, all at once
 			for i := range batch {
-				id := agentkit.NewMessageID()
+				id := wire.NewMessageID()
 				e, err := sender.NewRequest(ctx(t), "recv", "work", payload(id), agentkit.WithMessageID(id))
 				if err != nil {
 					t.Error(err)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // metrics are the Prometheus collectors of seed 004 §7.2 plus handler
@@ -99,7 +101,7 @@ func (m *metrics) bind(agent string, c *counters) {
 	}
 }
 
-func (a *Agent) countSent(e *Envelope) {
+func (a *Agent) countSent(e *wire.Envelope) {
 	if a.metrics == nil {
 		return
 	}

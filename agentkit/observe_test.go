@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
@@ -24,7 +25,7 @@ func TestMetrics_SeedCollectors(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	planner := m.started("planner", map[string]agentkit.HandlerFunc{
 		"plan": func(ctx context.Context, msg *agentkit.Message) error { return msg.Reply(ctx, "planned", nil) },
-		"bad":  func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
+		"bad":  func(context.Context, *agentkit.Message) error { return agentkit.Reject(wire.CodeInvalid, "no") },
 	}, agentkit.WithMetrics(reg), agentkit.WithHeartbeat(testHeartbeat))
 	orch := m.started("orch", nil, agentkit.WithMetrics(reg), agentkit.WithHeartbeat(testHeartbeat))
 	for range 3 {
@@ -32,7 +33,7 @@ func TestMetrics_SeedCollectors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := orch.Request(ctx(t), "planner", "bad", nil); !agentkit.IsRemote(err) {
+	if _, err := orch.Request(ctx(t), "planner", "bad", nil); !wire.IsRemote(err) {
 		t.Fatal(err)
 	}
 	if _, err := orch.Publish(ctx(t), "findings", "finding", nil); err != nil {
@@ -131,7 +132,7 @@ func TestTracing_OneTraceAcrossThreeAgents(t *testing.T) {
 	tp, exp, opts := traced(t)
 	m.started("executor", map[string]agentkit.HandlerFunc{"execute": func(ctx context.Context, msg *agentkit.Message) error {
 		if msg.Trace == nil || msg.Trace.TraceID == "" {
-			return agentkit.Reject(agentkit.CodeInvalid, "no trace ids in the envelope")
+			return agentkit.Reject(wire.CodeInvalid, "no trace ids in the envelope")
 		}
 		return msg.Reply(ctx, "executed", nil)
 	}}, opts...)
@@ -180,7 +181,7 @@ func TestTracing_RuntimeRepliesContinueTheTrace(t *testing.T) {
 	tp, _, opts := traced(t)
 	m.started("worker", map[string]agentkit.HandlerFunc{
 		"work":   func(context.Context, *agentkit.Message) error { return nil },
-		"refuse": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeInvalid, "no") },
+		"refuse": func(context.Context, *agentkit.Message) error { return agentkit.Reject(wire.CodeInvalid, "no") },
 	}, opts...)
 	orch := m.started("orch", nil, opts...)
 	root, span := tp.Tracer("test").Start(context.Background(), "workflow")
@@ -190,11 +191,11 @@ func TestTracing_RuntimeRepliesContinueTheTrace(t *testing.T) {
 	}
 	refused, err := orch.Request(root, "worker", "refuse", nil)
 	span.End()
-	if !agentkit.IsRemote(err) {
+	if !wire.IsRemote(err) {
 		t.Fatalf("refuse: %v, want the remote INVALID", err)
 	}
 	want := span.SpanContext().TraceID().String()
-	for name, e := range map[string]*agentkit.Envelope{"ack": ack.Envelope, "error reply": refused} {
+	for name, e := range map[string]*wire.Envelope{"ack": ack.Envelope, "error reply": refused} {
 		if e.Trace == nil || e.Trace.TraceID != want {
 			t.Errorf("the %s is in trace %+v, want the caller's %s", name, e.Trace, want)
 		}
@@ -207,14 +208,14 @@ func TestTracing_SendBatchEnvelopesCarryTheTrace(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	tp, _, opts := traced(t)
-	got := make(chan *agentkit.Envelope, 2)
+	got := make(chan *wire.Envelope, 2)
 	m.started("worker", map[string]agentkit.HandlerFunc{"work": func(_ context.Context, msg *agentkit.Message) error {
 		got <- msg.Envelope
 		return nil
 	}}, opts...)
 	orch := m.agent("orch", opts...)
 	root, span := tp.Tracer("test").Start(context.Background(), "workflow")
-	var envs []*agentkit.Envelope
+	var envs []*wire.Envelope
 	for range 2 {
 		e, err := orch.NewRequest(root, "worker", "work", nil)
 		if err != nil {

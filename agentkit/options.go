@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -25,7 +26,7 @@ func (f optionFunc) apply(o *options) error { return f(o) }
 type options struct {
 	scheme         subjects.Scheme
 	agentType      string
-	policies       map[Priority]DeliveryPolicy
+	policies       map[wire.Priority]DeliveryPolicy
 	concurrency    int
 	logger         *slog.Logger
 	errorHandler   func(error)
@@ -57,7 +58,7 @@ func defaultOptions() options {
 		policies:       DefaultPolicies(),
 		concurrency:    8,
 		logger:         slog.New(slog.DiscardHandler),
-		maxEnvelope:    DefaultMaxEnvelopeBytes,
+		maxEnvelope:    wire.DefaultMaxEnvelopeBytes,
 		replicas:       1,
 		provision:      true,
 		publishTimeout: 10 * time.Second,
@@ -91,7 +92,7 @@ func WithType(agentType string) Option {
 // WithPolicy replaces the delivery policy of one priority. Default:
 // [DefaultPolicies]. Policies apply when Start creates or updates the
 // agent's consumers.
-func WithPolicy(p Priority, policy DeliveryPolicy) Option {
+func WithPolicy(p wire.Priority, policy DeliveryPolicy) Option {
 	return optionFunc(func(o *options) error {
 		if !p.Valid() {
 			return fmt.Errorf("%w: unknown priority %q", ErrInvalidOption, p)
@@ -139,7 +140,8 @@ func WithErrorHandler(f func(error)) Option {
 }
 
 // WithMaxEnvelopeBytes sets the largest envelope accepted on receipt;
-// larger ones are terminated before decoding. Default: [DefaultMaxEnvelopeBytes].
+// larger ones are terminated before decoding. Default:
+// [wire.DefaultMaxEnvelopeBytes].
 func WithMaxEnvelopeBytes(n int) Option {
 	return optionFunc(func(o *options) error {
 		if n < 256 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -29,7 +30,7 @@ func TestOutcome_NilAcks(t *testing.T) {
 	if ack.Consumer != "recv_normal" || ack.Deliveries != 1 {
 		t.Fatalf("ack metric = %+v, want consumer recv_normal, 1 delivery", ack)
 	}
-	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +58,9 @@ func TestOutcome_BusyNaksWithDelayThenAcks(t *testing.T) {
 			return agentkit.Busy(0)
 		}
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityHigh, fastPolicy(200*time.Millisecond, 400*time.Millisecond, 400*time.Millisecond)))
+	}}, agentkit.WithPolicy(wire.PriorityHigh, fastPolicy(200*time.Millisecond, 400*time.Millisecond, 400*time.Millisecond)))
 	sender := m.agent("sender")
-	if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityHigh)); err != nil {
+	if _, err := sender.Send(ctx(t), "recv", "work", nil, agentkit.WithPriority(wire.PriorityHigh)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "ack after two NAKs", func() bool { return len(adv.of(subjects.EventAck, 0)) == 1 })
@@ -88,15 +89,15 @@ func TestOutcome_RejectTerminatesAndTellsSender(t *testing.T) {
 	m := newMesh(t)
 	adv := m.watchAdvisories()
 	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeNotFound, "customer CUST999 not found")
+		return agentkit.Reject(wire.CodeNotFound, "customer CUST999 not found")
 	}})
 	sender := m.started("sender", nil)
 	reply, err := sender.Request(ctx(t), "recv", "work", nil)
-	var remote *agentkit.Error
-	if !errors.As(err, &remote) || remote.Code != agentkit.CodeNotFound || !agentkit.IsRemote(err) || agentkit.IsRetryable(err) {
+	var remote *wire.Error
+	if !errors.As(err, &remote) || remote.Code != wire.CodeNotFound || !wire.IsRemote(err) || agentkit.IsRetryable(err) {
 		t.Fatalf("Request error = %v, want remote NOT_FOUND", err)
 	}
-	if reply == nil || reply.MessageType != agentkit.TypeError || reply.Status != agentkit.StatusRejected {
+	if reply == nil || reply.MessageType != wire.TypeError || reply.Status != wire.StatusRejected {
 		t.Fatalf("reply = %+v, want a rejected error envelope", reply)
 	}
 	eventually(t, 5*time.Second, "TERM advisory", func() bool { return len(adv.of(subjects.EventTerminated, 0)) == 1 })
@@ -120,7 +121,7 @@ func TestOutcome_PanicRecoveredAndRetried(t *testing.T) {
 			panic("model returned nonsense")
 		}
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(300*time.Millisecond, 300*time.Millisecond)))
+	}}, agentkit.WithPolicy(wire.PriorityNormal, fastPolicy(300*time.Millisecond, 300*time.Millisecond)))
 	sender := m.agent("sender")
 	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
 		t.Fatal(err)
@@ -153,10 +154,10 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 		rec.handle(nil)(ctx, msg)
 		<-ctx.Done()
 		return ctx.Err()
-	}}, agentkit.WithPolicy(agentkit.PriorityLow, pol))
+	}}, agentkit.WithPolicy(wire.PriorityLow, pol))
 	sender := m.started("sender", nil)
-	_, err := sender.Request(ctx(t), "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityLow))
-	if agentkit.CodeOf(err) != agentkit.CodeTimeout || !agentkit.IsRemote(err) {
+	_, err := sender.Request(ctx(t), "recv", "work", nil, agentkit.WithPriority(wire.PriorityLow))
+	if agentkit.CodeOf(err) != wire.CodeTimeout || !wire.IsRemote(err) {
 		t.Fatalf("Request error = %v, want the receiver's TIMEOUT after its last attempt", err)
 	}
 	eventually(t, 5*time.Second, "MAX_DELIVERIES", func() bool { return len(adv.of(subjects.EventMaxDeliveries, 0)) == 1 })
@@ -186,14 +187,14 @@ func TestOutcome_OwnCancelIsNotTheProcessingLimit(t *testing.T) {
 		sub, cancel := context.WithCancel(ctx)
 		cancel()
 		return sub.Err()
-	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(time.Second)))
+	}}, agentkit.WithPolicy(wire.PriorityNormal, fastPolicy(time.Second)))
 	sender := m.started("sender", nil)
 	_, err := sender.Request(ctx(t), "recv", "work", nil)
-	var e *agentkit.Error
-	if !errors.As(err, &e) || !agentkit.IsRemote(err) {
+	var e *wire.Error
+	if !errors.As(err, &e) || !wire.IsRemote(err) {
 		t.Fatalf("Request error = %v, want the receiver's error after its last attempt", err)
 	}
-	if e.Code == agentkit.CodeTimeout || strings.Contains(e.Message, "processing limit") {
+	if e.Code == wire.CodeTimeout || strings.Contains(e.Message, "processing limit") {
 		t.Fatalf("the handler's own cancel reported as %s %q", e.Code, e.Message)
 	}
 }
@@ -211,20 +212,20 @@ func TestOutcome_RedeliveryOvertakesRunningHandler(t *testing.T) {
 	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error {
 		<-release // long after its context is cancelled
 		return errors.New("finished too late")
-	}}, agentkit.WithPolicy(agentkit.PriorityLow, pol))
+	}}, agentkit.WithPolicy(wire.PriorityLow, pol))
 	sender := m.started("sender", nil)
 	requestCtx, cancel := context.WithTimeout(ctx(t), 15*time.Second)
 	defer cancel()
 	result := make(chan error, 1)
 	go func() {
-		_, err := sender.Request(requestCtx, "recv", "work", nil, agentkit.WithPriority(agentkit.PriorityLow))
+		_, err := sender.Request(requestCtx, "recv", "work", nil, agentkit.WithPriority(wire.PriorityLow))
 		result <- err
 	}()
 	eventually(t, 10*time.Second, "the redelivery, left to the running handler", func() bool {
 		return recv.Stats().Outcomes[agentkit.OutcomeDuplicate] == 1
 	})
 	close(release)
-	if err := <-result; !agentkit.IsRemote(err) || !strings.Contains(err.Error(), "giving up after 2 attempts") {
+	if err := <-result; !wire.IsRemote(err) || !strings.Contains(err.Error(), "giving up after 2 attempts") {
 		t.Fatalf("Request error = %v, want the receiver giving up after 2 attempts", err)
 	}
 }
@@ -241,7 +242,7 @@ func TestOutcome_InProgressKeepsSlowHandlerAlive(t *testing.T) {
 		rec.handle(nil)(ctx, msg)
 		time.Sleep(5 * time.Second)
 		return nil
-	}}, agentkit.WithPolicy(agentkit.PriorityNormal, fastPolicy(2*time.Second, 2*time.Second, 2*time.Second)))
+	}}, agentkit.WithPolicy(wire.PriorityNormal, fastPolicy(2*time.Second, 2*time.Second, 2*time.Second)))
 	sender := m.agent("sender")
 	if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
 		t.Fatal(err)
@@ -259,7 +260,7 @@ func TestOutcome_UnknownActionIsCapabilityMissing(t *testing.T) {
 	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": (&recorder{}).handle(nil)})
 	sender := m.started("sender", nil)
 	ack, err := sender.SendAndWait(ctx(t), "recv", "dance", nil)
-	if agentkit.CodeOf(err) != agentkit.CodeCapabilityMissing || ack == nil || ack.OK || ack.Error == nil {
+	if agentkit.CodeOf(err) != wire.CodeCapabilityMissing || ack == nil || ack.OK || ack.Error == nil {
 		t.Fatalf("SendAndWait = %+v, %v; want a CAPABILITY_MISSING NACK", ack, err)
 	}
 	if !strings.Contains(ack.Error.Message, `"dance"`) {

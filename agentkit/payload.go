@@ -9,12 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// HeaderEnvelopeRef names the Object Store object holding the full
-// envelope of a message too large for the server's max payload (claim
-// check). The message itself carries a stub envelope with the same ids.
-const HeaderEnvelopeRef = "Mesh-Envelope-Ref"
+	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+)
 
 // headerRoom is left under the server's max payload for headers.
 const headerRoom = 4 << 10
@@ -55,11 +53,11 @@ func (a *Agent) payloads(ctx context.Context) (jetstream.ObjectStore, error) {
 
 // offload stores the encoded envelope data in the object store and returns
 // the stub envelope to publish in its place.
-func (a *Agent) offload(ctx context.Context, e *Envelope, data []byte) ([]byte, error) {
+func (a *Agent) offload(ctx context.Context, e *wire.Envelope, data []byte) ([]byte, error) {
 	if len(data) > a.opts.maxEnvelope {
 		return nil, fmt.Errorf("%w: %d bytes, receivers accept %d", ErrPayloadTooLarge, len(data), a.opts.maxEnvelope)
 	}
-	stub, err := e.stub().Encode() // before the store, so a stub that fails leaves nothing behind
+	stub, err := stub(e).Encode() // before the store, so a stub that fails leaves nothing behind
 	if err != nil {
 		return nil, err
 	}
@@ -76,11 +74,11 @@ func (a *Agent) offload(ctx context.Context, e *Envelope, data []byte) ([]byte, 
 // stub returns e without the fields that can be large: payload, context,
 // metadata and the error's message and details. An error envelope keeps
 // its error's code, which validation requires.
-func (e *Envelope) stub() *Envelope {
+func stub(e *wire.Envelope) *wire.Envelope {
 	s := *e
 	s.Payload, s.Context, s.Metadata, s.Error = nil, nil, nil, nil
 	if e.Error != nil {
-		s.Error = &Error{Code: e.Error.Code, Retryable: e.Error.Retryable, RetryAfterMS: e.Error.RetryAfterMS}
+		s.Error = &wire.Error{Code: e.Error.Code, Retryable: e.Error.Retryable, RetryAfterMS: e.Error.RetryAfterMS}
 	}
 	return &s
 }
@@ -92,10 +90,10 @@ func (e *Envelope) stub() *Envelope {
 // line would have the server close the connection) is refused unread.
 func checkRef(ref, msgID string) string {
 	if ref != msgID {
-		return fmt.Sprintf("%s %s is not the message's %s %s", HeaderEnvelopeRef, quote(ref), HeaderMsgID, quote(msgID))
+		return fmt.Sprintf("%s %s is not the message's %s %s", wire.HeaderEnvelopeRef, bound.Quote(ref), wire.HeaderMsgID, bound.Quote(msgID))
 	}
-	if err := (&Envelope{MessageID: ref}).validateMessageID(); err != nil {
-		return HeaderEnvelopeRef + ": " + err.Error()
+	if err := wire.ValidateMessageID(ref); err != nil {
+		return wire.HeaderEnvelopeRef + ": " + err.Error()
 	}
 	return ""
 }
@@ -106,7 +104,7 @@ func checkRef(ref, msgID string) string {
 // object the sender made wrong (missing, a link, bad metadata, a digest
 // that does not match, too large) never will be right. Links are refused
 // unread, as following one could leave the bucket or loop.
-func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) {
+func (a *Agent) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
 	defer cancel()
 	store, err := a.payloads(ctx)
@@ -121,7 +119,7 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) 
 	case err != nil:
 		return nil, "", err
 	case info.Opts != nil && info.Opts.Link != nil:
-		return nil, fmt.Sprintf("large envelope %s is a link; only objects are accepted", quote(ref)), nil
+		return nil, fmt.Sprintf("large envelope %s is a link; only objects are accepted", bound.Quote(ref)), nil
 	case info.Size > uint64(a.opts.maxEnvelope):
 		return nil, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", info.Size, a.opts.maxEnvelope), nil
 	}
@@ -144,12 +142,12 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) 
 	if len(data) > a.opts.maxEnvelope {
 		return nil, fmt.Sprintf("envelope of more than %d bytes exceeds the limit", a.opts.maxEnvelope), nil
 	}
-	env, err := Decode(data)
+	env, err := wire.Decode(data)
 	if err != nil {
 		return nil, err.Error(), nil
 	}
-	if id := msg.Headers().Get(HeaderMsgID); env.MessageID != id {
-		return nil, fmt.Sprintf("large envelope %s has message_id %s, the message says %s", quote(ref), quote(env.MessageID), quote(id)), nil
+	if id := msg.Headers().Get(wire.HeaderMsgID); env.MessageID != id {
+		return nil, fmt.Sprintf("large envelope %s has message_id %s, the message says %s", bound.Quote(ref), bound.Quote(env.MessageID), bound.Quote(id)), nil
 	}
 	return env, "", nil
 }
@@ -159,11 +157,11 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*Envelope, string, error) 
 func objectFault(ref string, err error) string {
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
-		return fmt.Sprintf("large envelope %s is no longer in the payload store", quote(ref))
+		return fmt.Sprintf("large envelope %s is no longer in the payload store", bound.Quote(ref))
 	case errors.Is(err, jetstream.ErrBadObjectMeta), errors.Is(err, jetstream.ErrCantGetBucket):
-		return fmt.Sprintf("large envelope %s: the object's metadata is not valid", quote(ref))
+		return fmt.Sprintf("large envelope %s: the object's metadata is not valid", bound.Quote(ref))
 	case errors.Is(err, jetstream.ErrDigestMismatch):
-		return fmt.Sprintf("large envelope %s does not match its digest", quote(ref))
+		return fmt.Sprintf("large envelope %s does not match its digest", bound.Quote(ref))
 	}
 	return ""
 }
@@ -172,7 +170,7 @@ func objectFault(ref string, err error) string {
 // topic and broadcast copies are left to the bucket's TTL because other
 // subscribers may still need them.
 func (a *Agent) release(d *delivery) {
-	ref := d.msg.Headers().Get(HeaderEnvelopeRef)
+	ref := d.msg.Headers().Get(wire.HeaderEnvelopeRef)
 	if ref == "" || d.subject.Kind != "agent" {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // Envelopes above the server's max payload (1 MiB by default) travel
@@ -57,8 +58,8 @@ func TestLargePayload_ClaimCheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(raw1.Data) > 4096 || raw1.Header.Get(agentkit.HeaderEnvelopeRef) != msg.MessageID {
-			t.Fatalf("stream message is %d bytes with ref %q", len(raw1.Data), raw1.Header.Get(agentkit.HeaderEnvelopeRef))
+		if len(raw1.Data) > 4096 || raw1.Header.Get(wire.HeaderEnvelopeRef) != msg.MessageID {
+			t.Fatalf("stream message is %d bytes with ref %q", len(raw1.Data), raw1.Header.Get(wire.HeaderEnvelopeRef))
 		}
 		obs, err := js.ObjectStore(ctx(t), "mesh_payloads")
 		if err != nil {
@@ -110,13 +111,13 @@ func TestLargePayload_ErrorReply(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	m.started("analyst", map[string]agentkit.HandlerFunc{"analyze": func(ctx context.Context, msg *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeInvalid, "cannot analyze that")
+		return agentkit.Reject(wire.CodeInvalid, "cannot analyze that")
 	}})
 	orch := m.started("orch", nil)
 	big, _ := json.Marshal(map[string]string{"notes": string(bytes.Repeat([]byte("x"), 1200<<10))})
 	_, err := orch.Request(ctx(t), "analyst", "analyze", map[string]int{"n": 1}, agentkit.WithSessionContext(big))
-	var remote *agentkit.Error
-	if !errors.As(err, &remote) || !agentkit.IsRemote(err) || remote.Code != agentkit.CodeInvalid || remote.Message != "cannot analyze that" {
+	var remote *wire.Error
+	if !errors.As(err, &remote) || !wire.IsRemote(err) || remote.Code != wire.CodeInvalid || remote.Message != "cannot analyze that" {
 		t.Fatalf("Request = %v, want the remote INVALID error", err)
 	}
 }

@@ -3,6 +3,8 @@ package agentkit
 import (
 	"fmt"
 	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // DeliveryPolicy is how the broker and the runtime treat messages of one
@@ -63,17 +65,17 @@ func seconds(s ...int) []time.Duration {
 // one message (Prefetch 1) until its handlers' pace is known, then sizes
 // the buffer to that pace up to MaxPrefetch 512. Each call returns a
 // new map.
-func DefaultPolicies() map[Priority]DeliveryPolicy {
-	return map[Priority]DeliveryPolicy{
-		PriorityCritical: {BackOff: seconds(2, 4, 8, 16, 32), MaxDeliver: 5, ProcessingLimit: time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityHigh:     {BackOff: seconds(5, 10, 20, 40), MaxDeliver: 4, ProcessingLimit: 5 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityNormal:   {BackOff: seconds(10, 20, 40), MaxDeliver: 3, ProcessingLimit: 10 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityLow:      {BackOff: seconds(30, 30), MaxDeliver: 2, ProcessingLimit: 10 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
-		PriorityBatch:    {BackOff: seconds(60, 60), MaxDeliver: 2, ProcessingLimit: 30 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+func DefaultPolicies() map[wire.Priority]DeliveryPolicy {
+	return map[wire.Priority]DeliveryPolicy{
+		wire.PriorityCritical: {BackOff: seconds(2, 4, 8, 16, 32), MaxDeliver: 5, ProcessingLimit: time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		wire.PriorityHigh:     {BackOff: seconds(5, 10, 20, 40), MaxDeliver: 4, ProcessingLimit: 5 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		wire.PriorityNormal:   {BackOff: seconds(10, 20, 40), MaxDeliver: 3, ProcessingLimit: 10 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		wire.PriorityLow:      {BackOff: seconds(30, 30), MaxDeliver: 2, ProcessingLimit: 10 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
+		wire.PriorityBatch:    {BackOff: seconds(60, 60), MaxDeliver: 2, ProcessingLimit: 30 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
 	}
 }
 
-func (p DeliveryPolicy) validate(prio Priority) error {
+func (p DeliveryPolicy) validate(prio wire.Priority) error {
 	switch {
 	case len(p.BackOff) == 0:
 		return fmt.Errorf("%w: %s policy: BackOff is empty", ErrInvalidOption, prio)

@@ -11,13 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // sendN sends n requests for action to "recv" in one batch.
 func sendN(t *testing.T, sender *agentkit.Agent, action string, n int) {
 	t.Helper()
-	envs := make([]*agentkit.Envelope, n)
+	envs := make([]*wire.Envelope, n)
 	for i := range envs {
 		e, err := sender.NewRequest(ctx(t), "recv", action, nil)
 		if err != nil {
@@ -44,7 +45,7 @@ func startRecv(t *testing.T, pol agentkit.DeliveryPolicy, workers int, before fu
 		return rec.handle(nil)(ctx, msg)
 	}
 	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": handler},
-		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithConcurrency(workers))
+		agentkit.WithPolicy(wire.PriorityNormal, pol), agentkit.WithConcurrency(workers))
 	return m, recv, rec
 }
 
@@ -54,10 +55,10 @@ func startRecv(t *testing.T, pol agentkit.DeliveryPolicy, workers int, before fu
 func deliveredOnce(t *testing.T, recv *agentkit.Agent, n uint64) {
 	t.Helper()
 	eventually(t, 5*time.Second, "every ack at the broker", func() bool {
-		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 		return err == nil && info.NumAckPending == 0
 	})
-	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestPrefetch_GrowsForFastHandlers(t *testing.T) {
 	// Fill the client: running handlers, and more in the queue than one
 	// message per worker.
 	eventually(t, 5*time.Second, "the client to fill up", func() bool {
-		info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 		return err == nil && info.NumAckPending > 2*workers+1
 	})
 	unblock()
@@ -94,7 +95,7 @@ func TestPrefetch_GrowsForFastHandlers(t *testing.T) {
 	if ids := rec.ids(); len(ids) != n {
 		t.Fatalf("handled %d distinct messages of %d", len(ids), n)
 	}
-	if got := recv.Stats().Prefetch[agentkit.PriorityNormal]; got <= pol.Prefetch || got > pol.MaxPrefetch {
+	if got := recv.Stats().Prefetch[wire.PriorityNormal]; got <= pol.Prefetch || got > pol.MaxPrefetch {
 		t.Fatalf("prefetch = %d, want it grown past %d, up to %d", got, pol.Prefetch, pol.MaxPrefetch)
 	}
 	deliveredOnce(t, recv, n)
@@ -115,10 +116,10 @@ func TestPrefetch_SlowHandlersGetAShallowBuffer(t *testing.T) {
 	// timeout; one of them waits in the runtime's queue.
 	const fit = 9
 	eventually(t, 10*time.Second, "a few handled", func() bool { return rec.count() >= 6 })
-	if got := recv.Stats().Prefetch[agentkit.PriorityNormal]; got > fit {
+	if got := recv.Stats().Prefetch[wire.PriorityNormal]; got > fit {
 		t.Fatalf("prefetch = %d, want at most %d", got, fit)
 	}
-	info, err := recv.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+	info, err := recv.ConsumerInfo(ctx(t), wire.PriorityNormal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestSlowHandlers_WaitingMessagesDoNotTimeOut(t *testing.T) {
 	t.Parallel()
 	const ackWait, handling = 2 * time.Second, 2500 * time.Millisecond
 	pol := fastPolicy(ackWait, ackWait)
-	def := agentkit.DefaultPolicies()[agentkit.PriorityNormal]
+	def := agentkit.DefaultPolicies()[wire.PriorityNormal]
 	pol.Prefetch, pol.MaxPrefetch = def.Prefetch, def.MaxPrefetch
 	m, recv, rec := startRecv(t, pol, 1, func() { time.Sleep(handling) })
 	// One running, one in the runtime's queue, one held by the reader and
@@ -181,7 +182,7 @@ func TestPrefetch_HandlersTurningSlowStrandNothing(t *testing.T) {
 	const fast = 200
 	sendN(t, sender, "work", fast)
 	eventually(t, 10*time.Second, "the fast messages handled", func() bool { return rec.count() >= fast })
-	if got := recv.Stats().Prefetch[agentkit.PriorityNormal]; got < 16 {
+	if got := recv.Stats().Prefetch[wire.PriorityNormal]; got < 16 {
 		t.Fatalf("prefetch = %d after fast handlers, want it grown to at least 16", got)
 	}
 	// 12 slow messages take 3.6s, well past the ack timeout, and all fit
@@ -201,19 +202,19 @@ func TestPrefetch_HandlersTurningSlowStrandNothing(t *testing.T) {
 func TestPullExpiry_FollowsAckTimeout(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	want := map[agentkit.Priority]time.Duration{
-		agentkit.PriorityCritical: 4 * time.Second,  // default 2s ack timeout
-		agentkit.PriorityHigh:     2 * time.Second,  // 300ms: the floor
-		agentkit.PriorityNormal:   10 * time.Second, // default 10s: the ceiling
-		agentkit.PriorityLow:      6 * time.Second,  // 3s
-		agentkit.PriorityBatch:    10 * time.Second, // default 60s: the ceiling
+	want := map[wire.Priority]time.Duration{
+		wire.PriorityCritical: 4 * time.Second,  // default 2s ack timeout
+		wire.PriorityHigh:     2 * time.Second,  // 300ms: the floor
+		wire.PriorityNormal:   10 * time.Second, // default 10s: the ceiling
+		wire.PriorityLow:      6 * time.Second,  // 3s
+		wire.PriorityBatch:    10 * time.Second, // default 60s: the ceiling
 	}
 	type pullRequest struct {
 		Expires   time.Duration `json:"expires"`
 		Heartbeat time.Duration `json:"idle_heartbeat"`
 	}
 	type pull struct {
-		prio agentkit.Priority
+		prio wire.Priority
 		req  pullRequest
 	}
 	pulls := make(chan pull, 256)
@@ -241,9 +242,9 @@ func TestPullExpiry_FollowsAckTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": (&recorder{}).handle(nil)},
-		agentkit.WithPolicy(agentkit.PriorityHigh, fastPolicy(300*time.Millisecond)),
-		agentkit.WithPolicy(agentkit.PriorityLow, fastPolicy(3*time.Second, 3*time.Second)))
-	seen := map[agentkit.Priority]bool{}
+		agentkit.WithPolicy(wire.PriorityHigh, fastPolicy(300*time.Millisecond)),
+		agentkit.WithPolicy(wire.PriorityLow, fastPolicy(3*time.Second, 3*time.Second)))
+	seen := map[wire.Priority]bool{}
 	timeout := time.After(5 * time.Second)
 	for len(seen) < len(want) {
 		select {

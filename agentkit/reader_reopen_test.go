@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -71,12 +72,12 @@ func startReopen(t *testing.T, pol agentkit.DeliveryPolicy) *reopenRig {
 	t.Helper()
 	r := &reopenRig{m: newMesh(t), rec: &recorder{}, errs: &asyncErrors{}}
 	r.recv = r.m.started("recv", map[string]agentkit.HandlerFunc{"work": r.rec.handle(nil)},
-		agentkit.WithPolicy(agentkit.PriorityNormal, pol), agentkit.WithErrorHandler(r.errs.add))
+		agentkit.WithPolicy(wire.PriorityNormal, pol), agentkit.WithErrorHandler(r.errs.add))
 	var err error
 	if r.js, err = jetstream.New(r.m.conn()); err != nil {
 		t.Fatal(err)
 	}
-	if r.cfg, err = agentkit.ConsumerConfig(subjects.Default, "recv", agentkit.PriorityNormal, pol, nil); err != nil {
+	if r.cfg, err = agentkit.ConsumerConfig(subjects.Default, "recv", wire.PriorityNormal, pol, nil); err != nil {
 		t.Fatal(err)
 	}
 	return r

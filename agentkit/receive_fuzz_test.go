@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -78,26 +79,26 @@ func growFragment(b []byte, n uint16, max int) []byte {
 // the last reaches the agent "fz" (consumer fz_<priority>).
 var receiveSubjects = []struct {
 	subject  string
-	priority agentkit.Priority
+	priority wire.Priority
 	sender   string
 	kind     subjects.Kind
 }{
-	{"mesh.agent.fz.normal.sender", agentkit.PriorityNormal, "sender", subjects.KindDirect},
-	{"mesh.agent.fz.critical.sender", agentkit.PriorityCritical, "sender", subjects.KindDirect},
-	{"mesh.agent.fz.high.mallory", agentkit.PriorityHigh, "mallory", subjects.KindDirect},
-	{"mesh.agent.fz.low.fz", agentkit.PriorityLow, "fz", subjects.KindDirect},
-	{"mesh.agent.fz.batch.sender", agentkit.PriorityBatch, "sender", subjects.KindDirect},
-	{"mesh.broadcast.normal.sender", agentkit.PriorityNormal, "sender", subjects.KindBroadcast},
-	{"mesh.broadcast.high.fz", agentkit.PriorityHigh, "fz", subjects.KindBroadcast},
-	{"mesh.topic.news.critical.sender", agentkit.PriorityCritical, "sender", subjects.KindTopic},
+	{"mesh.agent.fz.normal.sender", wire.PriorityNormal, "sender", subjects.KindDirect},
+	{"mesh.agent.fz.critical.sender", wire.PriorityCritical, "sender", subjects.KindDirect},
+	{"mesh.agent.fz.high.mallory", wire.PriorityHigh, "mallory", subjects.KindDirect},
+	{"mesh.agent.fz.low.fz", wire.PriorityLow, "fz", subjects.KindDirect},
+	{"mesh.agent.fz.batch.sender", wire.PriorityBatch, "sender", subjects.KindDirect},
+	{"mesh.broadcast.normal.sender", wire.PriorityNormal, "sender", subjects.KindBroadcast},
+	{"mesh.broadcast.high.fz", wire.PriorityHigh, "fz", subjects.KindBroadcast},
+	{"mesh.topic.news.critical.sender", wire.PriorityCritical, "sender", subjects.KindTopic},
 	{"mesh.agent.fz.URGENT.sender", "", "sender", subjects.KindDirect}, // no consumer takes it
 }
 
 // receiveHeaders are the header names an input sets: those the receive
 // path reads, and others.
 var receiveHeaders = []string{
-	agentkit.HeaderMsgID, agentkit.HeaderTaskID, agentkit.HeaderInReplyTo, agentkit.HeaderEnvelopeRef,
-	agentkit.HeaderType, agentkit.HeaderAction, agentkit.HeaderCorrelation, agentkit.HeaderWorkflow, agentkit.HeaderStatus,
+	wire.HeaderMsgID, wire.HeaderTaskID, wire.HeaderInReplyTo, wire.HeaderEnvelopeRef,
+	wire.HeaderType, wire.HeaderAction, wire.HeaderCorrelation, wire.HeaderWorkflow, wire.HeaderStatus,
 	"traceparent", "tracestate", "mesh-envelope-ref", "X-Other",
 }
 
@@ -139,7 +140,7 @@ func newReceiveRig(f *testing.F) *receiveRig {
 	opts := []agentkit.Option{agentkit.WithRegistration(false), agentkit.WithTopics("news"), agentkit.WithMaxEnvelopeBytes(receiveMaxEnvelope),
 		agentkit.WithPublishTimeout(2 * time.Second), agentkit.WithPropagator(propagation.TraceContext{}),
 		agentkit.WithErrorHandler(func(error) {})}
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		opts = append(opts, agentkit.WithPolicy(p, pol))
 	}
 	a, err := agentkit.New(r.nc, "fz", opts...)
@@ -319,8 +320,8 @@ func (r *receiveRig) run(t *testing.T, subject, mode, k1 uint8, v1 string, k2 ui
 
 // receiveTemplate returns a valid envelope for sub, from sender at p to
 // "fz", with member field set to raw (a JSON fragment, possibly invalid).
-func receiveTemplate(p agentkit.Priority, sender string, kind subjects.Kind, field string, raw []byte) []byte {
-	e := agentkit.NewEnvelope(agentkit.TypeRequest, sender, "work")
+func receiveTemplate(p wire.Priority, sender string, kind subjects.Kind, field string, raw []byte) []byte {
+	e := wire.NewEnvelope(wire.TypeRequest, sender, "work")
 	if p != "" {
 		e.Priority = p
 	}
@@ -432,10 +433,10 @@ func fieldMode(field string) uint8 {
 // and valid envelopes (controls) on every kind of subject.
 func receiveSeeds() []receiveSeed {
 	other := headerIndex("X-Other")
-	ref := headerIndex(agentkit.HeaderEnvelopeRef)
-	task := headerIndex(agentkit.HeaderTaskID)
-	reply := headerIndex(agentkit.HeaderInReplyTo)
-	msgID := headerIndex(agentkit.HeaderMsgID)
+	ref := headerIndex(wire.HeaderEnvelopeRef)
+	task := headerIndex(wire.HeaderTaskID)
+	reply := headerIndex(wire.HeaderInReplyTo)
+	msgID := headerIndex(wire.HeaderMsgID)
 	q := func(s string) []byte { b, _ := json.Marshal(s); return b }
 	var seeds []receiveSeed
 	// Valid envelopes on every subject (template mode with a valid member).
@@ -460,7 +461,7 @@ func receiveSeeds() []receiveSeed {
 		valid("action", work, 0, msgID, "n", 60<<10, other, ""),
 		valid("action", work, 0, headerIndex("traceparent"), "f", 60<<10, headerIndex("tracestate"), "k=\xff"),
 		valid("action", work, 0, headerIndex("mesh-envelope-ref"), "r", 3100, other, ""),
-		valid("action", work, 0, headerIndex(agentkit.HeaderStatus), "s", 60<<10, headerIndex(agentkit.HeaderType), "response"),
+		valid("action", work, 0, headerIndex(wire.HeaderStatus), "s", 60<<10, headerIndex(wire.HeaderType), "response"),
 		valid("action", work, 0, ref, "same-id", 0, msgID, "same-id"),
 		// Fields: oversize, invalid UTF-8, control characters, deep nesting.
 		valid("action", q("aa"), 50<<10, other, "", 0, other, ""),

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 const testHeartbeat = 400 * time.Millisecond
@@ -145,7 +146,7 @@ func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
 		switch {
 		case errors.Is(err, agentkit.ErrTimeout):
 			timeouts++
-		case errors.Is(err, context.DeadlineExceeded) && !agentkit.IsRemote(err) && deadline < 10*time.Second:
+		case errors.Is(err, context.DeadlineExceeded) && !wire.IsRemote(err) && deadline < 10*time.Second:
 			deadline *= 2
 		default:
 			t.Fatalf("request with a %v deadline: %v, want a timeout", deadline, err)
@@ -173,7 +174,7 @@ func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
 	// gets the requests that timed out (or failed locally) above, so
 	// it never blocks on a full channel.
 	var mu sync.Mutex
-	var priorities []agentkit.Priority
+	var priorities []wire.Priority
 	m.started("planner", map[string]agentkit.HandlerFunc{"plan": func(ctx context.Context, msg *agentkit.Message) error {
 		mu.Lock()
 		priorities = append(priorities, msg.Priority)
@@ -192,7 +193,7 @@ func TestBreaker_OpensFailsFastHalfOpensAndCloses(t *testing.T) {
 	mu.Lock()
 	low := 0
 	for _, p := range priorities {
-		if p == agentkit.PriorityLow {
+		if p == wire.PriorityLow {
 			low++
 		}
 	}
@@ -254,13 +255,13 @@ func TestBreaker_ThreeNacksMarkDegraded(t *testing.T) {
 	reject.Store(true)
 	m.started("flaky", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		if reject.Load() {
-			return agentkit.Reject(agentkit.CodeInvalid, "no")
+			return agentkit.Reject(wire.CodeInvalid, "no")
 		}
 		return msg.Reply(ctx, "done", nil)
 	}}, agentkit.WithConcurrency(1), agentkit.WithHeartbeat(testHeartbeat))
 	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
 	for range 3 {
-		if _, err := orch.Request(ctx(t), "flaky", "work", nil); !agentkit.IsRemote(err) {
+		if _, err := orch.Request(ctx(t), "flaky", "work", nil); !wire.IsRemote(err) {
 			t.Fatalf("want a NACK, got %v", err)
 		}
 	}
@@ -285,7 +286,7 @@ func TestBreaker_ThreeNacksMarkDegraded(t *testing.T) {
 	})
 	// orch's run of NACKs goes on past the threshold: it marks again.
 	reject.Store(true)
-	if _, err := orch.Request(ctx(t), "flaky", "work", nil); !agentkit.IsRemote(err) {
+	if _, err := orch.Request(ctx(t), "flaky", "work", nil); !wire.IsRemote(err) {
 		t.Fatalf("want a NACK, got %v", err)
 	}
 	eventually(t, 5*time.Second, "flaky degraded again", func() bool {
@@ -443,8 +444,8 @@ func TestReroute_HandedOffTaskCompletes(t *testing.T) {
 		return agentkit.Reroute("translation")
 	}}, agentkit.WithHeartbeat(testHeartbeat))
 	m.started("translator", map[string]agentkit.HandlerFunc{"translate": func(ctx context.Context, msg *agentkit.Message) error {
-		if msg.Metadata[agentkit.MetaHandoffFrom] != "generalist" || msg.Metadata[agentkit.MetaOriginSender] != "orch" {
-			return agentkit.Reject(agentkit.CodeInvalid, "handoff not recorded")
+		if msg.Metadata[wire.MetaHandoffFrom] != "generalist" || msg.Metadata[wire.MetaOriginSender] != "orch" {
+			return agentkit.Reject(wire.CodeInvalid, "handoff not recorded")
 		}
 		return msg.Reply(ctx, "translated", map[string]string{"text": "bonjour"})
 	}}, agentkit.WithCapabilities(agentkit.Capability{Name: "translation", Actions: []string{"translate"}}), agentkit.WithHeartbeat(testHeartbeat))
@@ -479,7 +480,7 @@ func TestReroute_HandedOffTaskCompletes(t *testing.T) {
 		return agentkit.Reroute("singing")
 	}}, agentkit.WithHeartbeat(testHeartbeat))
 	_, err = orch.Request(ctx(t), "lonely", "sing", nil)
-	if agentkit.CodeOf(err) != agentkit.CodeCapabilityMissing {
+	if agentkit.CodeOf(err) != wire.CodeCapabilityMissing {
 		t.Fatalf("reroute with no candidate: %v", err)
 	}
 }
@@ -500,7 +501,7 @@ func TestReroute_RepeatedRerouteForwardsOnce(t *testing.T) {
 		got, _ := generalist.Registry().Find(ctx(t), agentkit.Query{Capability: "translation", Status: agentkit.StatusReady})
 		return len(got) == 1
 	})
-	e := agentkit.NewEnvelope(agentkit.TypeRequest, "orch", "translate")
+	e := wire.NewEnvelope(wire.TypeRequest, "orch", "translate")
 	e.ReceiverID = "generalist"
 	data, err := e.Encode()
 	if err != nil {
@@ -508,14 +509,14 @@ func TestReroute_RepeatedRerouteForwardsOnce(t *testing.T) {
 	}
 	js, _ := jetstream.New(m.conn())
 	for range 2 { // two stream messages, one envelope
-		msg := &nats.Msg{Subject: "mesh.agent.generalist.normal.orch", Data: data, Header: nats.Header{jetstream.MsgIDHeader: {agentkit.NewMessageID()}}}
+		msg := &nats.Msg{Subject: "mesh.agent.generalist.normal.orch", Data: data, Header: nats.Header{jetstream.MsgIDHeader: {wire.NewMessageID()}}}
 		if _, err := js.PublishMsg(ctx(t), msg); err != nil {
 			t.Fatal(err)
 		}
 	}
 	eventually(t, 5*time.Second, "both rerouted", func() bool { return generalist.Stats().Outcomes[agentkit.OutcomeReroute] == 2 })
 	eventually(t, 5*time.Second, "translator done", func() bool {
-		info, err := translator.ConsumerInfo(ctx(t), agentkit.PriorityNormal)
+		info, err := translator.ConsumerInfo(ctx(t), wire.PriorityNormal)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0
 	})
 	if n := rec.count(); n != 1 {
@@ -531,7 +532,7 @@ func TestFallback_OpenCircuitRoutesToPeer(t *testing.T) {
 	settings := agentkit.BreakerSettings{FailureThreshold: 1, OpenTimeout: time.Minute, HalfOpenRequests: 1, NackThreshold: 3, TimeoutThreshold: 3}
 	orch := m.started("orch", nil, agentkit.WithBreaker(settings), agentkit.WithHeartbeat(testHeartbeat))
 	m.started("planner_2", map[string]agentkit.HandlerFunc{"plan": func(ctx context.Context, msg *agentkit.Message) error {
-		return msg.Reply(ctx, "planned", map[string]string{"by": "planner_2", "from": msg.Metadata[agentkit.MetaHandoffFrom]})
+		return msg.Reply(ctx, "planned", map[string]string{"by": "planner_2", "from": msg.Metadata[wire.MetaHandoffFrom]})
 	}}, agentkit.WithCapabilities(agentkit.Capability{Name: "planning"}), agentkit.WithHeartbeat(testHeartbeat))
 	c, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
 	_, err := orch.Request(c, "planner_1", "plan", nil) // planner_1 is down

@@ -15,22 +15,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
-)
-
-// Headers mirrored from the envelope so the ack monitor and operators can
-// read them without decoding the body.
-const (
-	HeaderMsgID       = jetstream.MsgIDHeader // "Nats-Msg-Id" = message_id: broker deduplication
-	HeaderType        = "Mesh-Type"
-	HeaderAction      = "Mesh-Action"
-	HeaderCorrelation = "Mesh-Correlation-Id"
-	HeaderWorkflow    = "Mesh-Workflow-Id"
-	HeaderInReplyTo   = "Mesh-In-Reply-To"
-	// HeaderTaskID carries task_id; receivers handle the messages of one task
-	// in stream order by it (senders in other languages must set it too).
-	HeaderTaskID = "Mesh-Task-Id"
-	HeaderStatus = "Mesh-Status" // the envelope's status, on replies
 )
 
 // SendOption sets envelope fields of an outgoing message, or how it is
@@ -40,7 +26,7 @@ type SendOption func(*outgoing)
 
 // outgoing is a message being composed: the envelope and how to send it.
 type outgoing struct {
-	*Envelope
+	*wire.Envelope
 	fallback string // capability to route by when the receiver's circuit is open
 }
 
@@ -50,9 +36,9 @@ type outgoing struct {
 // ("handoff_from"). With no such agent the send fails with ErrNoFallback.
 func WithFallback(capability string) SendOption { return func(o *outgoing) { o.fallback = capability } }
 
-// WithPriority sets the priority. Default: [PriorityNormal] (replies:
+// WithPriority sets the priority. Default: [wire.PriorityNormal] (replies:
 // the priority of the message answered).
-func WithPriority(p Priority) SendOption { return func(e *outgoing) { e.Priority = p } }
+func WithPriority(p wire.Priority) SendOption { return func(e *outgoing) { e.Priority = p } }
 
 // WithTTL sets ttl_ms: receivers drop the message, unhandled, once ttl has
 // passed since its timestamp. ttl is rounded away from zero to whole
@@ -105,18 +91,18 @@ func WithSessionContext(ctx json.RawMessage) SendOption { return func(e *outgoin
 
 // WithMessageType sets the message type of a [Agent.Send] (default request); use
 // TypeNotification for messages that expect no answer.
-func WithMessageType(t MessageType) SendOption { return func(e *outgoing) { e.MessageType = t } }
+func WithMessageType(t wire.MessageType) SendOption { return func(e *outgoing) { e.MessageType = t } }
 
 // compose builds an outgoing envelope from this agent. Inside a handler
 // (ctx derived from the handler's), the envelope inherits the handled
 // message's correlation, workflow, task and session ids and its context;
 // options override what is inherited.
-func (a *Agent) compose(ctx context.Context, t MessageType, action string, payload any, opts []SendOption) (*outgoing, error) {
+func (a *Agent) compose(ctx context.Context, t wire.MessageType, action string, payload any, opts []SendOption) (*outgoing, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return nil, err
 	}
-	e := NewEnvelope(t, a.id, action)
+	e := wire.NewEnvelope(t, a.id, action)
 	e.SenderType = a.opts.agentType
 	e.Payload = raw
 	if in := handling(ctx); in != nil {
@@ -139,7 +125,7 @@ func (a *Agent) composeTo(ctx context.Context, to, action string, payload any, o
 	if err := validTarget("receiver id", to); err != nil {
 		return nil, err
 	}
-	o, err := a.compose(ctx, TypeRequest, action, payload, opts)
+	o, err := a.compose(ctx, wire.TypeRequest, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -158,19 +144,19 @@ func validTarget(field, v string) error {
 type handlingKey struct{}
 
 // withHandling marks ctx as belonging to the handling of env.
-func withHandling(ctx context.Context, env *Envelope) context.Context {
+func withHandling(ctx context.Context, env *wire.Envelope) context.Context {
 	return context.WithValue(ctx, handlingKey{}, env)
 }
 
 // handling returns the envelope whose handler ctx belongs to, or nil.
-func handling(ctx context.Context) *Envelope {
-	e, _ := ctx.Value(handlingKey{}).(*Envelope)
+func handling(ctx context.Context) *wire.Envelope {
+	e, _ := ctx.Value(handlingKey{}).(*wire.Envelope)
 	return e
 }
 
 // HandledEnvelope returns the envelope being handled when ctx is (derived
 // from) a handler's context, else nil.
-func HandledEnvelope(ctx context.Context) *Envelope { return handling(ctx) }
+func HandledEnvelope(ctx context.Context) *wire.Envelope { return handling(ctx) }
 
 // Send sends a request (or, with [WithMessageType], another type) to
 // agent to and returns once the stream has stored it. It does not wait for
@@ -179,7 +165,7 @@ func HandledEnvelope(ctx context.Context) *Envelope { return handling(ctx) }
 // once four of its publishes are waiting for the stream: fewer stream
 // acks, the same guarantee. Failures are those of [Agent.SendEnvelope];
 // the envelope is returned with them, so an unconfirmed one can be resent.
-func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
+func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts ...SendOption) (*wire.Envelope, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
 		return nil, err
@@ -196,11 +182,11 @@ func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts .
 }
 
 // Publish sends a notification on topic to every agent subscribed to it.
-func (a *Agent) Publish(ctx context.Context, topic, action string, payload any, opts ...SendOption) (*Envelope, error) {
+func (a *Agent) Publish(ctx context.Context, topic, action string, payload any, opts ...SendOption) (*wire.Envelope, error) {
 	if err := validTarget("topic", topic); err != nil {
 		return nil, err
 	}
-	o, err := a.compose(ctx, TypeNotification, action, payload, opts)
+	o, err := a.compose(ctx, wire.TypeNotification, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -209,8 +195,8 @@ func (a *Agent) Publish(ctx context.Context, topic, action string, payload any, 
 }
 
 // Broadcast sends a notification to every agent of the mesh (but this one).
-func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts ...SendOption) (*Envelope, error) {
-	o, err := a.compose(ctx, TypeNotification, action, payload, opts)
+func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts ...SendOption) (*wire.Envelope, error) {
+	o, err := a.compose(ctx, wire.TypeNotification, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -227,12 +213,12 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // [ErrClosed]. A failed send is [ErrPublish] when the stream did not store
 // the message, [ErrPublishUnconfirmed] when it may have: then send the
 // same envelope again, which the stream stores at most once.
-func (a *Agent) SendEnvelope(ctx context.Context, e *Envelope) error {
+func (a *Agent) SendEnvelope(ctx context.Context, e *wire.Envelope) error {
 	if e == nil {
-		return fmt.Errorf("%w: nil envelope", ErrInvalidEnvelope)
+		return fmt.Errorf("%w: nil envelope", wire.ErrInvalidEnvelope)
 	}
 	if e.SenderID != a.id {
-		return fmt.Errorf("%w: sender_id %q is not this agent %q", ErrInvalidEnvelope, e.SenderID, a.id)
+		return fmt.Errorf("%w: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, e.SenderID, a.id)
 	}
 	subject, err := a.subjectFor(e)
 	if err != nil {
@@ -241,7 +227,7 @@ func (a *Agent) SendEnvelope(ctx context.Context, e *Envelope) error {
 	return a.publish(ctx, subject, e)
 }
 
-func (a *Agent) subjectFor(e *Envelope) (string, error) {
+func (a *Agent) subjectFor(e *wire.Envelope) (string, error) {
 	s := a.opts.scheme
 	var subject string
 	var err error
@@ -256,14 +242,14 @@ func (a *Agent) subjectFor(e *Envelope) (string, error) {
 	if errors.Is(err, subjects.ErrInvalidToken) {
 		var te *subjects.InvalidTokenError
 		if errors.As(err, &te) && te.Field == "priority" {
-			return "", &ValidationError{Field: "priority", Reason: te.Error()}
+			return "", &wire.ValidationError{Field: "priority", Reason: te.Error()}
 		}
 		return "", fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	return subject, err
 }
 
-func (a *Agent) sendReply(ctx context.Context, e *Envelope) error {
+func (a *Agent) sendReply(ctx context.Context, e *wire.Envelope) error {
 	if e.SenderType == "" {
 		e.SenderType = a.opts.agentType
 	}
@@ -294,12 +280,12 @@ func (m outMsg) stored() {
 // publish on subject: every Mesh-* header and the Nats-Msg-Id come from
 // its fields, which validation bounds. Envelopes larger than the server's
 // max payload are offloaded to the object store and replaced by a stub.
-func (a *Agent) encode(ctx context.Context, subject string, e *Envelope) (outMsg, error) {
+func (a *Agent) encode(ctx context.Context, subject string, e *wire.Envelope) (outMsg, error) {
 	buf := getEncodeBuffer()
-	data, err := e.appendJSON((*buf)[:0])
+	data, err := e.AppendJSON((*buf)[:0])
 	if err != nil {
 		putEncodeBuffer(buf)
-		return outMsg{}, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
+		return outMsg{}, fmt.Errorf("%w: %w", wire.ErrInvalidEnvelope, err)
 	}
 	*buf = data
 	ref := ""
@@ -314,8 +300,8 @@ func (a *Agent) encode(ctx context.Context, subject string, e *Envelope) (outMsg
 	// The header values share one backing array: one allocation, not one per header.
 	vals := [...]string{e.MessageID, string(e.MessageType), e.Action, ref, e.Correlation, e.WorkflowID, e.InReplyTo, e.TaskID, e.Status}
 	h := make(nats.Header, 8) // up to 8 entries fit a small map: one allocation, not a table
-	for i, k := range [...]string{HeaderMsgID, HeaderType, HeaderAction, HeaderEnvelopeRef, HeaderCorrelation,
-		HeaderWorkflow, HeaderInReplyTo, HeaderTaskID, HeaderStatus} {
+	for i, k := range [...]string{wire.HeaderMsgID, wire.HeaderType, wire.HeaderAction, wire.HeaderEnvelopeRef, wire.HeaderCorrelation,
+		wire.HeaderWorkflow, wire.HeaderInReplyTo, wire.HeaderTaskID, wire.HeaderStatus} {
 		if vals[i] != "" || i < 3 {
 			h[k] = vals[i : i+1 : i+1]
 		}
@@ -326,7 +312,7 @@ func (a *Agent) encode(ctx context.Context, subject string, e *Envelope) (outMsg
 // publish validates e, encodes it and stores it on subject, retrying
 // retryable failures. A ctx that has ended, or a stopped agent, publishes
 // nothing.
-func (a *Agent) publish(ctx context.Context, subject string, e *Envelope) (err error) {
+func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope) (err error) {
 	// First: nothing of an invalid envelope goes anywhere, not a header, a
 	// span attribute nor an object.
 	if err := e.Validate(); err != nil {
@@ -537,7 +523,7 @@ func (t answerTime) tooLate(ctx context.Context) bool {
 // NewRequest returns a request envelope from this agent to agent to,
 // ready for [Agent.SendEnvelope] or [Agent.SendBatch]. Inside a handler it
 // inherits the handled message's ids like [Agent.Send].
-func (a *Agent) NewRequest(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
+func (a *Agent) NewRequest(ctx context.Context, to, action string, payload any, opts ...SendOption) (*wire.Envelope, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
 		return nil, err
@@ -598,14 +584,14 @@ func (e *BatchError) Unwrap() []error {
 // 2.14+, allow_batched, as [StreamConfig] sets), the messages go as fast
 // batches of up to 1,000, each confirmed by one ack instead of one per
 // message; what a fast batch does not confirm is published one by one.
-func (a *Agent) SendBatch(ctx context.Context, envs []*Envelope) (err error) {
+func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error) {
 	subject := make([]string, len(envs))
 	for i, e := range envs {
 		if e == nil {
-			return fmt.Errorf("%w: batch item %d: nil envelope", ErrInvalidEnvelope, i)
+			return fmt.Errorf("%w: batch item %d: nil envelope", wire.ErrInvalidEnvelope, i)
 		}
 		if e.SenderID != a.id {
-			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", ErrInvalidEnvelope, i, e.SenderID, a.id)
+			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, i, e.SenderID, a.id)
 		}
 		var err error
 		if subject[i], err = a.subjectFor(e); err == nil {
@@ -804,19 +790,19 @@ func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, 
 
 // waiter is a pending Request or SendAndWait.
 type waiter struct {
-	ch     chan *Envelope // capacity 1
-	accept func(*Envelope) bool
+	ch     chan *wire.Envelope // capacity 1
+	accept func(*wire.Envelope) bool
 }
 
 // addWaiter registers a waiter for the reply to message id. It returns nil
 // once the agent has stopped (failWaiters ran).
-func (a *Agent) addWaiter(id string, accept func(*Envelope) bool) *waiter {
+func (a *Agent) addWaiter(id string, accept func(*wire.Envelope) bool) *waiter {
 	a.waitMu.Lock()
 	defer a.waitMu.Unlock()
 	if a.waiters == nil {
 		return nil
 	}
-	w := &waiter{ch: make(chan *Envelope, 1), accept: accept}
+	w := &waiter{ch: make(chan *wire.Envelope, 1), accept: accept}
 	a.waiters[id] = w
 	return w
 }
@@ -829,7 +815,7 @@ func (a *Agent) removeWaiter(id string) {
 
 // takeWaiter removes and returns the waiter of the message env answers,
 // if there is one and it accepts env.
-func (a *Agent) takeWaiter(env *Envelope) *waiter {
+func (a *Agent) takeWaiter(env *wire.Envelope) *waiter {
 	a.waitMu.Lock()
 	defer a.waitMu.Unlock()
 	w, ok := a.waiters[env.InReplyTo]
@@ -852,7 +838,7 @@ func (a *Agent) failWaiters() {
 }
 
 // await sends e and waits for the reply accept admits.
-func (a *Agent) await(ctx context.Context, e *Envelope, accept func(*Envelope) bool) (*Envelope, error) {
+func (a *Agent) await(ctx context.Context, e *wire.Envelope, accept func(*wire.Envelope) bool) (*wire.Envelope, error) {
 	if a.lifecycle() == stateNew {
 		return nil, fmt.Errorf("%w: waiting for a reply needs a started agent", ErrNotStarted)
 	}
@@ -884,30 +870,28 @@ func (a *Agent) await(ctx context.Context, e *Envelope, accept func(*Envelope) b
 }
 
 // remoteError returns the error carried by a reply, marked remote.
-func remoteError(r *Envelope) error {
+func remoteError(r *wire.Envelope) error {
 	if r.Error == nil {
-		return &Error{Code: CodeInternal, Message: "reply with status " + r.Status + " and no error", remote: true}
+		return (&wire.Error{Code: wire.CodeInternal, Message: "reply with status " + r.Status + " and no error"}).AsRemote()
 	}
-	e := *r.Error
-	e.remote = true
-	return &e
+	return r.Error.AsRemote()
 }
 
 // Request sends a request to agent to and waits for its response (matched
-// by in_reply_to). An error reply is returned as an [*Error] (IsRemote is
+// by in_reply_to). An error reply is returned as an [*wire.Error] (IsRemote is
 // true) together with the reply envelope; no reply before ctx's deadline (or
 // the request timeout, [WithRequestTimeout]) is [ErrTimeout]. A response
 // arriving after that is acked, dropped and counted as [OutcomeLateReply].
 // The agent must be started.
-func (a *Agent) Request(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Envelope, error) {
+func (a *Agent) Request(ctx context.Context, to, action string, payload any, opts ...SendOption) (*wire.Envelope, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	return a.guarded(ctx, o, func(r *Envelope) bool {
-		return r.MessageType == TypeResponse || r.MessageType == TypeError || r.MessageType == TypeAck && r.Status == StatusNACK
-	}, func(r *Envelope) error {
-		if r.MessageType != TypeResponse {
+	return a.guarded(ctx, o, func(r *wire.Envelope) bool {
+		return r.MessageType == wire.TypeResponse || r.MessageType == wire.TypeError || r.MessageType == wire.TypeAck && r.Status == wire.StatusNACK
+	}, func(r *wire.Envelope) error {
+		if r.MessageType != wire.TypeResponse {
 			return remoteError(r)
 		}
 		return nil
@@ -919,7 +903,7 @@ func (a *Agent) Request(ctx context.Context, to, action string, payload any, opt
 // error, which is also what the breaker counts. An open circuit falls back
 // when o allows it; a half-open one lets the message through as a trial,
 // at low priority.
-func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope) bool, judge func(*Envelope) error) (r *Envelope, err error) {
+func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*wire.Envelope) bool, judge func(*wire.Envelope) error) (r *wire.Envelope, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err // before its values reach a span, the breaker or a fallback
 	}
@@ -942,7 +926,7 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope)
 		}
 	}
 	if trial {
-		o.Priority = PriorityLow
+		o.Priority = wire.PriorityLow
 	}
 	start := time.Now()
 	r, err = a.await(ctx, o.Envelope, accept)
@@ -953,7 +937,7 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*Envelope)
 	switch {
 	case errors.Is(err, ErrTimeout):
 		a.countError("timeout")
-	case IsRemote(err):
+	case wire.IsRemote(err):
 		a.countError(string(CodeOf(err)))
 	}
 	done(err)
@@ -970,14 +954,14 @@ type Ack struct {
 	// ProcessingTime is the time the receiver reported spending on the message.
 	ProcessingTime time.Duration
 	// Error is the NACK's code and reason; nil on ACK.
-	Error *Error
+	Error *wire.Error
 	// Envelope is the ack (or error) envelope itself.
-	Envelope *Envelope
+	Envelope *wire.Envelope
 }
 
 // SendAndWait sends a request with requires_ack set and waits for the
 // receiver's ack envelope: an [*Ack] with OK set, or, on NACK, the Ack and an
-// [*Error] carrying the code and reason. Busy receivers do not NACK: the
+// [*wire.Error] carrying the code and reason. Busy receivers do not NACK: the
 // broker redelivers on the priority's backoff and the ACK comes when the
 // message is finally handled, so ctx should allow for the retries. The
 // agent must be started.
@@ -987,9 +971,9 @@ func (a *Agent) SendAndWait(ctx context.Context, to, action string, payload any,
 		return nil, err
 	}
 	o.RequiresAck = true
-	r, err := a.guarded(ctx, o, func(r *Envelope) bool { return r.MessageType == TypeAck || r.MessageType == TypeError },
-		func(r *Envelope) error {
-			if r.MessageType == TypeAck && r.Status == StatusACK {
+	r, err := a.guarded(ctx, o, func(r *wire.Envelope) bool { return r.MessageType == wire.TypeAck || r.MessageType == wire.TypeError },
+		func(r *wire.Envelope) error {
+			if r.MessageType == wire.TypeAck && r.Status == wire.StatusACK {
 				return nil
 			}
 			return remoteError(r)
@@ -998,7 +982,7 @@ func (a *Agent) SendAndWait(ctx context.Context, to, action string, payload any,
 		return nil, err
 	}
 	ack := &Ack{MessageID: o.MessageID, OK: err == nil, Envelope: r}
-	if ms, perr := strconv.ParseInt(r.Metadata[metaProcessingTime], 10, 64); perr == nil {
+	if ms, perr := strconv.ParseInt(r.Metadata[wire.MetaProcessingTime], 10, 64); perr == nil {
 		ack.ProcessingTime = time.Duration(ms) * time.Millisecond
 	}
 	errors.As(err, &ack.Error)

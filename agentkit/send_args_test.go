@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -36,13 +37,13 @@ func TestSend_NilEnvelope(t *testing.T) {
 	sender := m.agent("sender", agentkit.WithRegistration(false))
 	stream := m.meshStream()
 	err := noPanic(t, "SendEnvelope(nil)", func() error { return sender.SendEnvelope(context.Background(), nil) })
-	if !errors.Is(err, agentkit.ErrInvalidEnvelope) {
+	if !errors.Is(err, wire.ErrInvalidEnvelope) {
 		t.Errorf("SendEnvelope(nil): %v, want ErrInvalidEnvelope", err)
 	}
 	envs := requests(t, sender, 3, nil)
 	envs[1] = nil
 	err = noPanic(t, "SendBatch with a nil item", func() error { return sender.SendBatch(context.Background(), envs) })
-	if !errors.Is(err, agentkit.ErrInvalidEnvelope) || !strings.Contains(err.Error(), "item 1") {
+	if !errors.Is(err, wire.ErrInvalidEnvelope) || !strings.Contains(err.Error(), "item 1") {
 		t.Errorf("SendBatch with a nil item 1: %v, want ErrInvalidEnvelope naming item 1", err)
 	}
 	// A later message on the sender's connection, once acked, comes after
@@ -85,23 +86,23 @@ func TestSend_OversizeValuesLeaveNothing(t *testing.T) {
 			opts = append(opts, tc.opt)
 		}
 		for path, err := range sendPathsWith(t, sender, ctx(t), tc.action, opts...) {
-			if !errors.Is(err, agentkit.ErrInvalidEnvelope) {
+			if !errors.Is(err, wire.ErrInvalidEnvelope) {
 				t.Errorf("%s with an oversize %s: %v, want ErrInvalidEnvelope", path, tc.field, err)
 			}
 		}
 	}
 	// A reply's in_reply_to and status are mirrored too.
-	for field, edit := range map[string]func(*agentkit.Envelope){
-		"in_reply_to": func(e *agentkit.Envelope) { e.InReplyTo = long },
-		"status":      func(e *agentkit.Envelope) { e.InReplyTo, e.Status = "m1", long },
+	for field, edit := range map[string]func(*wire.Envelope){
+		"in_reply_to": func(e *wire.Envelope) { e.InReplyTo = long },
+		"status":      func(e *wire.Envelope) { e.InReplyTo, e.Status = "m1", long },
 	} {
 		e, err := sender.NewRequest(ctx(t), "recv", "done", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.MessageType = agentkit.TypeResponse
+		e.MessageType = wire.TypeResponse
 		edit(e)
-		if err := sender.SendEnvelope(ctx(t), e); !errors.Is(err, agentkit.ErrInvalidEnvelope) {
+		if err := sender.SendEnvelope(ctx(t), e); !errors.Is(err, wire.ErrInvalidEnvelope) {
 			t.Errorf("a response with an oversize %s: %v, want ErrInvalidEnvelope", field, err)
 		}
 	}
@@ -133,7 +134,7 @@ func TestSendBatch_ChecksEveryEnvelopeFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sender.SendBatch(ctx(t), []*agentkit.Envelope{big, bad}); !errors.Is(err, agentkit.ErrInvalidEnvelope) || !strings.Contains(err.Error(), "item 1") {
+	if err := sender.SendBatch(ctx(t), []*wire.Envelope{big, bad}); !errors.Is(err, wire.ErrInvalidEnvelope) || !strings.Contains(err.Error(), "item 1") {
 		t.Fatalf("SendBatch: %v, want ErrInvalidEnvelope naming item 1", err)
 	}
 	js, err := jetstream.New(m.conn())

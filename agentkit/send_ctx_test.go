@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -52,7 +53,7 @@ func sendPaths(t *testing.T, a *agentkit.Agent, ctx context.Context) map[string]
 // sendPathsWith is sendPaths with the caller's action and options.
 func sendPathsWith(t *testing.T, a *agentkit.Agent, ctx context.Context, action string, opts ...agentkit.SendOption) map[string]error {
 	t.Helper()
-	env := func() *agentkit.Envelope {
+	env := func() *wire.Envelope {
 		e, err := a.NewRequest(context.Background(), "recv", action, nil, opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -66,8 +67,8 @@ func sendPathsWith(t *testing.T, a *agentkit.Agent, ctx context.Context, action 
 	_, errs["Request"] = a.Request(ctx, "recv", action, nil, opts...)
 	_, errs["SendAndWait"] = a.SendAndWait(ctx, "recv", action, nil, opts...)
 	errs["SendEnvelope"] = a.SendEnvelope(ctx, env())
-	errs["SendBatch of one"] = a.SendBatch(ctx, []*agentkit.Envelope{env()})
-	errs["SendBatch"] = a.SendBatch(ctx, []*agentkit.Envelope{env(), env(), env()})
+	errs["SendBatch of one"] = a.SendBatch(ctx, []*wire.Envelope{env()})
+	errs["SendBatch"] = a.SendBatch(ctx, []*wire.Envelope{env(), env(), env()})
 	return errs
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -120,7 +121,7 @@ func (s *Sessions) Create(ctx context.Context, initiator string, ttl time.Durati
 	}
 	now := time.Now().UTC()
 	sess := &Session{
-		ID:           "sess_" + NewMessageID(),
+		ID:           "sess_" + wire.NewMessageID(),
 		Initiator:    initiator,
 		Participants: members,
 		CreatedAt:    now,

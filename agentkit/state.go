@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -439,41 +440,18 @@ func (s *State) existedBefore(ctx context.Context, key string, rev uint64) bool 
 	}
 }
 
-// TaskStatus is the lifecycle state of a task (seed 002's TaskState.status).
-type TaskStatus string
-
-// The task statuses.
-const (
-	TaskPending    TaskStatus = "pending"
-	TaskInProgress TaskStatus = "in_progress"
-	TaskCompleted  TaskStatus = "completed"
-	TaskFailed     TaskStatus = "failed"
-	TaskCancelled  TaskStatus = "cancelled"
-)
-
-// TaskStatuses lists every task status.
-var TaskStatuses = []TaskStatus{TaskPending, TaskInProgress, TaskCompleted, TaskFailed, TaskCancelled}
-
-// Valid reports whether s is one of [TaskStatuses].
-func (s TaskStatus) Valid() bool { return slices.Contains(TaskStatuses, s) }
-
-// Terminal reports whether s is final: completed, failed or cancelled.
-func (s TaskStatus) Terminal() bool {
-	return s == TaskCompleted || s == TaskFailed || s == TaskCancelled
-}
-
 // TaskState is a task's entry in the shared state (seed 002's TaskState),
 // stored as [EntityTask].
 type TaskState struct {
-	ID            string          `json:"id"`
-	Status        TaskStatus      `json:"status"`
-	AssignedAgent string          `json:"assigned_agent,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
-	Context       *TaskContext    `json:"context,omitempty"`
-	Result        json.RawMessage `json:"result,omitempty"`
-	Error         *ErrorReport    `json:"error,omitempty"`
-	History       []TaskEvent     `json:"history,omitempty"`
+	ID            string                `json:"id"`
+	Status        protocol.TaskStatus   `json:"status"`
+	AssignedAgent string                `json:"assigned_agent,omitempty"`
+	CreatedAt     time.Time             `json:"created_at"`
+	UpdatedAt     time.Time             `json:"updated_at"`
+	Context       *protocol.TaskContext `json:"context,omitempty"`
+	Result        json.RawMessage       `json:"result,omitempty"`
+	Error         *protocol.ErrorReport `json:"error,omitempty"`
+	History       []protocol.TaskEvent  `json:"history,omitempty"`
 }
 
 // Task returns the state of task id, or an error matching [ErrNotFound].
@@ -499,7 +477,7 @@ func (s *State) UpdateTask(ctx context.Context, id string, fn func(*TaskState) e
 	var t TaskState
 	_, err := s.Update(ctx, EntityTask, id, func(old json.RawMessage) (any, error) {
 		now := time.Now().UTC()
-		t = TaskState{ID: id, Status: TaskPending, CreatedAt: now}
+		t = TaskState{ID: id, Status: protocol.TaskPending, CreatedAt: now}
 		if old != nil {
 			t = TaskState{}
 			if err := json.Unmarshal(old, &t); err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -393,11 +395,11 @@ func TestState_UpdateTask(t *testing.T) {
 		t.Fatalf("Task of a missing task: %v, want ErrNotFound", err)
 	}
 	created, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
-		if ts.ID != "t1" || ts.Status != agentkit.TaskPending || ts.CreatedAt.IsZero() {
+		if ts.ID != "t1" || ts.Status != protocol.TaskPending || ts.CreatedAt.IsZero() {
 			t.Errorf("new task = %+v, want pending t1 with CreatedAt", ts)
 		}
-		ts.Context = &agentkit.TaskContext{TaskID: "t1", TaskType: "analysis", Priority: agentkit.PriorityHigh}
-		ts.History = append(ts.History, agentkit.TaskEvent{EventType: "created", AgentID: "planner", Timestamp: time.Now()})
+		ts.Context = &protocol.TaskContext{TaskID: "t1", TaskType: "analysis", Priority: wire.PriorityHigh}
+		ts.History = append(ts.History, protocol.TaskEvent{EventType: "created", AgentID: "planner", Timestamp: time.Now()})
 		return nil
 	})
 	if err != nil {
@@ -410,9 +412,9 @@ func TestState_UpdateTask(t *testing.T) {
 		wg.Go(func() {
 			for i := range 10 {
 				_, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
-					ts.Status = agentkit.TaskInProgress
+					ts.Status = protocol.TaskInProgress
 					ts.AssignedAgent = agent
-					ts.History = append(ts.History, agentkit.TaskEvent{EventType: "progress", AgentID: agent, Details: map[string]any{"i": i}})
+					ts.History = append(ts.History, protocol.TaskEvent{EventType: "progress", AgentID: agent, Details: map[string]any{"i": i}})
 					return nil
 				})
 				if err != nil {
@@ -425,9 +427,9 @@ func TestState_UpdateTask(t *testing.T) {
 
 	done, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
 		ts.ID = "renamed" // restored by UpdateTask
-		ts.Status = agentkit.TaskCompleted
+		ts.Status = protocol.TaskCompleted
 		ts.Result = json.RawMessage(`{"ok":true}`)
-		ts.History = append(ts.History, agentkit.TaskEvent{EventType: "completed"})
+		ts.History = append(ts.History, protocol.TaskEvent{EventType: "completed"})
 		return nil
 	})
 	if err != nil {
@@ -437,7 +439,7 @@ func TestState_UpdateTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != "t1" || got.Status != agentkit.TaskCompleted || string(got.Result) != `{"ok":true}` || !got.Status.Terminal() {
+	if got.ID != "t1" || got.Status != protocol.TaskCompleted || string(got.Result) != `{"ok":true}` || !got.Status.Terminal() {
 		t.Fatalf("Task = %+v", got)
 	}
 	if !got.CreatedAt.Equal(created.CreatedAt) || !got.UpdatedAt.Equal(done.UpdatedAt) || got.UpdatedAt.Before(got.CreatedAt) {
@@ -467,7 +469,7 @@ func TestState_UpdateTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Status != agentkit.TaskCompleted || !again.UpdatedAt.Equal(got.UpdatedAt) {
+	if again.Status != protocol.TaskCompleted || !again.UpdatedAt.Equal(got.UpdatedAt) {
 		t.Errorf("task changed by refused updates: %+v", again)
 	}
 
@@ -486,12 +488,12 @@ func TestState_EnumsValid(t *testing.T) {
 			t.Errorf("%s not valid", k)
 		}
 	}
-	for _, s := range agentkit.TaskStatuses {
+	for _, s := range protocol.TaskStatuses {
 		if !s.Valid() {
 			t.Errorf("%s not valid", s)
 		}
 	}
-	if agentkit.EntityKind("task").Valid() || agentkit.TaskStatus("PENDING").Valid() || agentkit.TaskPending.Terminal() {
+	if agentkit.EntityKind("task").Valid() || protocol.TaskStatus("PENDING").Valid() || protocol.TaskPending.Terminal() {
 		t.Error("wrong spelling accepted, or pending terminal")
 	}
 }

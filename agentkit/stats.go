@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // Outcome names what happened to a received message.
@@ -84,7 +86,7 @@ type Stats struct {
 	// workers now, besides one per worker: Prefetch until the handlers'
 	// pace is known, then what the pace calls for (see
 	// [DeliveryPolicy.MaxPrefetch]). Empty until Start.
-	Prefetch map[Priority]int
+	Prefetch map[wire.Priority]int
 }
 
 // Stats returns a snapshot of the agent's counters.
@@ -96,7 +98,7 @@ func (a *Agent) Stats() Stats {
 		s.Outcomes[o] = a.stats.n[i].Load()
 	}
 	if sources := a.sources.Load(); sources != nil {
-		s.Prefetch = make(map[Priority]int, len(*sources))
+		s.Prefetch = make(map[wire.Priority]int, len(*sources))
 		for i, src := range *sources {
 			s.Prefetch[queueOrder[i]] = src.prefetch()
 		}

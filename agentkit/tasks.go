@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // The runtime keeps each task's state in the shared state (seed 002) as
@@ -61,7 +64,7 @@ func (a *Agent) State(ctx context.Context) (*State, error) {
 }
 
 // trackTask records an acked task.* message in its task's state.
-func (a *Agent) trackTask(env *Envelope) {
+func (a *Agent) trackTask(env *wire.Envelope) {
 	if env.TaskID == "" || !strings.HasPrefix(env.Action, "task.") {
 		return
 	}
@@ -72,43 +75,43 @@ func (a *Agent) trackTask(env *Envelope) {
 		// updates): the event is placed by the message's own timestamp,
 		// and the message sets the task's fields only if no message
 		// recorded before it supersedes it.
-		ev := TaskEvent{Timestamp: env.Timestamp, EventType: strings.TrimPrefix(env.Action, "task."), AgentID: env.SenderID,
+		ev := protocol.TaskEvent{Timestamp: env.Timestamp, EventType: strings.TrimPrefix(env.Action, "task."), AgentID: env.SenderID,
 			Details: map[string]any{"message_id": env.MessageID, "receiver": a.id}}
-		if slices.ContainsFunc(t.History, func(o TaskEvent) bool { return sameEvent(o, ev) }) {
+		if slices.ContainsFunc(t.History, func(o protocol.TaskEvent) bool { return sameEvent(o, ev) }) {
 			// A redelivery this agent already recorded (another instance,
 			// a lost ack, a consumer reset): the task is as it left it.
 			return
 		}
 		var result json.RawMessage
-		var report *ErrorReport
+		var report *protocol.ErrorReport
 		switch env.Action {
-		case ActionTaskUpdate:
-			var u TaskUpdate
+		case protocol.ActionTaskUpdate:
+			var u protocol.TaskUpdate
 			if json.Unmarshal(env.Payload, &u) == nil && u.Status.Valid() {
 				ev.Details["status"] = string(u.Status)
 				ev.Details["progress"] = u.Progress
 			}
-		case ActionTaskComplete:
-			var c TaskComplete
+		case protocol.ActionTaskComplete:
+			var c protocol.TaskComplete
 			if json.Unmarshal(env.Payload, &c) == nil {
 				result = c.Result
 			}
-		case ActionTaskFailed:
-			var f TaskFailure
+		case protocol.ActionTaskFailed:
+			var f protocol.TaskFailure
 			if json.Unmarshal(env.Payload, &f) == nil {
 				report = &f.Error
 			}
 		}
 		status, ok := eventStatus(ev)
 		if ok && (!t.Status.Terminal() || status.Terminal()) &&
-			!slices.ContainsFunc(t.History, func(o TaskEvent) bool { return supersedes(o, ev) }) {
+			!slices.ContainsFunc(t.History, func(o protocol.TaskEvent) bool { return supersedes(o, ev) }) {
 			t.Status = status
-			if env.Action == ActionTaskComplete || env.Action == ActionTaskFailed {
+			if env.Action == protocol.ActionTaskComplete || env.Action == protocol.ActionTaskFailed {
 				t.Result, t.Error = result, report
 			}
 		}
-		if env.Action == ActionTaskAssign &&
-			!slices.ContainsFunc(t.History, func(o TaskEvent) bool { return o.EventType == ev.EventType && later(o, ev) }) {
+		if env.Action == protocol.ActionTaskAssign &&
+			!slices.ContainsFunc(t.History, func(o protocol.TaskEvent) bool { return o.EventType == ev.EventType && later(o, ev) }) {
 			t.AssignedAgent = a.id
 		}
 		t.History = insertEvent(t.History, ev)
@@ -117,17 +120,17 @@ func (a *Agent) trackTask(env *Envelope) {
 
 // eventStatus returns the status a task event recorded by trackTask sets,
 // and false for events that set none.
-func eventStatus(ev TaskEvent) (TaskStatus, bool) {
+func eventStatus(ev protocol.TaskEvent) (protocol.TaskStatus, bool) {
 	switch "task." + ev.EventType {
-	case ActionTaskAssign:
-		return TaskInProgress, true
-	case ActionTaskUpdate:
+	case protocol.ActionTaskAssign:
+		return protocol.TaskInProgress, true
+	case protocol.ActionTaskUpdate:
 		s, _ := ev.Details["status"].(string)
-		return TaskStatus(s), TaskStatus(s).Valid()
-	case ActionTaskComplete:
-		return TaskCompleted, true
-	case ActionTaskFailed:
-		return TaskFailed, true
+		return protocol.TaskStatus(s), protocol.TaskStatus(s).Valid()
+	case protocol.ActionTaskComplete:
+		return protocol.TaskCompleted, true
+	case protocol.ActionTaskFailed:
+		return protocol.TaskFailed, true
 	}
 	return "", false
 }
@@ -135,7 +138,7 @@ func eventStatus(ev TaskEvent) (TaskStatus, bool) {
 // supersedes reports whether the recorded event a takes precedence over ev
 // for the task's status: a finished status over an unfinished one, else
 // the later message.
-func supersedes(a, ev TaskEvent) bool {
+func supersedes(a, ev protocol.TaskEvent) bool {
 	sa, ok := eventStatus(a)
 	if !ok {
 		return false
@@ -148,15 +151,15 @@ func supersedes(a, ev TaskEvent) bool {
 }
 
 // sameEvent reports whether a and b record one message acked by one agent.
-func sameEvent(a, b TaskEvent) bool {
-	str := func(e TaskEvent, k string) string { s, _ := e.Details[k].(string); return s }
+func sameEvent(a, b protocol.TaskEvent) bool {
+	str := func(e protocol.TaskEvent, k string) string { s, _ := e.Details[k].(string); return s }
 	return a.EventType == b.EventType && str(a, "message_id") == str(b, "message_id") &&
 		str(a, "receiver") == str(b, "receiver")
 }
 
 // later reports whether event a comes after b: by timestamp, ties broken
 // by message id.
-func later(a, b TaskEvent) bool {
+func later(a, b protocol.TaskEvent) bool {
 	if !a.Timestamp.Equal(b.Timestamp) {
 		return a.Timestamp.After(b.Timestamp)
 	}
@@ -166,7 +169,7 @@ func later(a, b TaskEvent) bool {
 }
 
 // insertEvent adds ev to history in timestamp order (see later).
-func insertEvent(history []TaskEvent, ev TaskEvent) []TaskEvent {
+func insertEvent(history []protocol.TaskEvent, ev protocol.TaskEvent) []protocol.TaskEvent {
 	i := len(history)
 	for i > 0 && later(history[i-1], ev) {
 		i--
@@ -176,12 +179,12 @@ func insertEvent(history []TaskEvent, ev TaskEvent) []TaskEvent {
 
 // recordHandoff notes in the task's history that env moved from one agent
 // to another.
-func (a *Agent) recordHandoff(env *Envelope, from, to, reason string) {
+func (a *Agent) recordHandoff(env *wire.Envelope, from, to, reason string) {
 	if env.TaskID == "" {
 		return
 	}
 	a.recordTask(env.TaskID, func(t *TaskState) {
-		t.History = insertEvent(t.History, TaskEvent{Timestamp: time.Now().UTC(), EventType: "handoff", AgentID: a.id,
+		t.History = insertEvent(t.History, protocol.TaskEvent{Timestamp: time.Now().UTC(), EventType: "handoff", AgentID: a.id,
 			Details: map[string]any{"from": from, "to": to, "reason": reason, "message_id": env.MessageID}})
 		if t.AssignedAgent == from {
 			t.AssignedAgent = to

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // taskMsg is one task.* message of an ordering case: sent by from to to,
@@ -28,54 +30,54 @@ type taskMsg struct {
 func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 	t.Parallel()
 	tie := time.Now().UTC()
-	failure := agentkit.ErrorReport{ErrorID: "e1", AgentID: "exec_a", ErrorType: agentkit.ErrorTypeTimeout, Severity: agentkit.SeverityHigh, Message: "timed out"}
+	failure := protocol.ErrorReport{ErrorID: "e1", AgentID: "exec_a", ErrorType: protocol.ErrorTypeTimeout, Severity: protocol.SeverityHigh, Message: "timed out"}
 	cases := []struct {
 		name        string
 		late, early taskMsg // late is sent first but recorded last
 		want        func(*agentkit.TaskState) string
 	}{{
 		name:  "older update",
-		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskPending, Progress: 0.4}},
-		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress, Progress: 0.8}},
+		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskPending, Progress: 0.4}},
+		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress, Progress: 0.8}},
 		want: func(ts *agentkit.TaskState) string {
-			return expect(ts.Status == agentkit.TaskInProgress, "status %s, want in_progress", ts.Status)
+			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress", ts.Status)
 		},
 	}, {
 		name:  "older failure",
-		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskFailed, payload: agentkit.TaskFailure{Error: failure}},
-		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskComplete, payload: agentkit.TaskComplete{Result: json.RawMessage(`{"ok":true}`)}},
+		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskFailed, payload: protocol.TaskFailure{Error: failure}},
+		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskComplete, payload: protocol.TaskComplete{Result: json.RawMessage(`{"ok":true}`)}},
 		want: func(ts *agentkit.TaskState) string {
-			return expect(ts.Status == agentkit.TaskCompleted && string(ts.Result) == `{"ok":true}` && ts.Error == nil,
+			return expect(ts.Status == protocol.TaskCompleted && string(ts.Result) == `{"ok":true}` && ts.Error == nil,
 				"status %s, result %s, error %v; want completed with the result and no error", ts.Status, ts.Result, ts.Error)
 		},
 	}, {
 		name:  "older assignment",
-		late:  taskMsg{from: "orch", to: "exec_a", action: agentkit.ActionTaskAssign, payload: agentkit.TaskAssignment{TaskType: "db"}},
-		early: taskMsg{from: "orch", to: "exec_b", action: agentkit.ActionTaskAssign, payload: agentkit.TaskAssignment{TaskType: "db"}},
+		late:  taskMsg{from: "orch", to: "exec_a", action: protocol.ActionTaskAssign, payload: protocol.TaskAssignment{TaskType: "db"}},
+		early: taskMsg{from: "orch", to: "exec_b", action: protocol.ActionTaskAssign, payload: protocol.TaskAssignment{TaskType: "db"}},
 		want: func(ts *agentkit.TaskState) string {
-			return expect(ts.Status == agentkit.TaskInProgress && ts.AssignedAgent == "exec_b",
+			return expect(ts.Status == protocol.TaskInProgress && ts.AssignedAgent == "exec_b",
 				"status %s, assigned to %q; want in_progress, exec_b", ts.Status, ts.AssignedAgent)
 		},
 	}, {
 		name:  "completion before a newer update",
-		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskComplete, payload: agentkit.TaskComplete{Result: json.RawMessage(`1`)}},
-		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress, Progress: 0.9}},
+		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskComplete, payload: protocol.TaskComplete{Result: json.RawMessage(`1`)}},
+		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress, Progress: 0.9}},
 		want: func(ts *agentkit.TaskState) string {
-			return expect(ts.Status == agentkit.TaskCompleted && string(ts.Result) == `1`, "status %s, result %s; want completed, 1", ts.Status, ts.Result)
+			return expect(ts.Status == protocol.TaskCompleted && string(ts.Result) == `1`, "status %s, result %s; want completed, 1", ts.Status, ts.Result)
 		},
 	}, {
 		name:  "same time, smaller id",
-		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskPending}, at: tie, id: "m-1"},
-		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress}, at: tie, id: "m-2"},
+		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskPending}, at: tie, id: "m-1"},
+		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress}, at: tie, id: "m-2"},
 		want: func(ts *agentkit.TaskState) string {
-			return expect(ts.Status == agentkit.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
+			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
 		},
 	}, {
 		name:  "same time, greater id",
-		late:  taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskInProgress}, at: tie, id: "m-2"},
-		early: taskMsg{from: "exec_a", to: "orch", action: agentkit.ActionTaskUpdate, payload: agentkit.TaskUpdate{Status: agentkit.TaskPending}, at: tie, id: "m-1"},
+		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress}, at: tie, id: "m-2"},
+		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskPending}, at: tie, id: "m-1"},
 		want: func(ts *agentkit.TaskState) string {
-			return expect(ts.Status == agentkit.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
+			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
 		},
 	}}
 	for _, tc := range cases {
@@ -85,7 +87,7 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 			gate := make(chan struct{})
 			// Holds the low priority (late) message until the gate opens.
 			held := func(ctx context.Context, msg *agentkit.Message) error {
-				if msg.Priority == agentkit.PriorityLow {
+				if msg.Priority == wire.PriorityLow {
 					select {
 					case <-gate:
 					case <-ctx.Done():
@@ -95,8 +97,8 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 				return nil
 			}
 			handlers := map[string]agentkit.HandlerFunc{
-				agentkit.ActionTaskAssign: held, agentkit.ActionTaskUpdate: held,
-				agentkit.ActionTaskComplete: held, agentkit.ActionTaskFailed: held,
+				protocol.ActionTaskAssign: held, protocol.ActionTaskUpdate: held,
+				protocol.ActionTaskComplete: held, protocol.ActionTaskFailed: held,
 			}
 			onErr := agentkit.WithErrorHandler(func(err error) { t.Log(err) })
 			agents := map[string]*agentkit.Agent{}
@@ -108,11 +110,11 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 
 			const task = "t1"
 			c := ctx(t)
-			send := func(msg taskMsg, p agentkit.Priority) *agentkit.Envelope {
+			send := func(msg taskMsg, p wire.Priority) *wire.Envelope {
 				t.Helper()
 				from := agents[msg.from]
 				env, err := from.NewRequest(c, msg.to, msg.action, withTaskID(t, msg.payload, task),
-					agentkit.WithTaskID(task), agentkit.WithPriority(p), agentkit.WithMessageType(agentkit.TypeNotification))
+					agentkit.WithTaskID(task), agentkit.WithPriority(p), agentkit.WithMessageType(wire.TypeNotification))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -124,8 +126,8 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 				}
 				return env
 			}
-			late := send(tc.late, agentkit.PriorityLow)
-			early := send(tc.early, agentkit.PriorityHigh)
+			late := send(tc.late, wire.PriorityLow)
+			early := send(tc.early, wire.PriorityHigh)
 			if tc.late.at.IsZero() && !early.Timestamp.After(late.Timestamp) {
 				t.Fatalf("timestamps %v, %v not increasing", late.Timestamp, early.Timestamp)
 			}
@@ -166,16 +168,16 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 func withTaskID(t *testing.T, payload any, id string) any {
 	t.Helper()
 	switch p := payload.(type) {
-	case agentkit.TaskUpdate:
+	case protocol.TaskUpdate:
 		p.TaskID = id
 		return p
-	case agentkit.TaskComplete:
+	case protocol.TaskComplete:
 		p.TaskID = id
 		return p
-	case agentkit.TaskFailure:
+	case protocol.TaskFailure:
 		p.TaskID, p.Error.TaskID = id, id
 		return p
-	case agentkit.TaskAssignment:
+	case protocol.TaskAssignment:
 		p.TaskID = id
 		return p
 	}

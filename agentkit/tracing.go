@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // tracerName is the instrumentation scope of agentkit's spans.
@@ -46,7 +48,7 @@ var (
 // records its ids in the envelope's trace field (seed 004 §2.1), so readers
 // of the body alone see the same trace as the headers. Attributes are only
 // built for spans that record.
-func (a *Agent) startSend(ctx context.Context, subject string, e *Envelope) (context.Context, trace.Span) {
+func (a *Agent) startSend(ctx context.Context, subject string, e *wire.Envelope) (context.Context, trace.Span) {
 	parent := trace.SpanContextFromContext(ctx)
 	ctx, span := a.tracer.Start(ctx, "send "+e.Action, sendSpan...)
 	if !span.IsRecording() {
@@ -67,9 +69,9 @@ func (a *Agent) startSend(ctx context.Context, subject string, e *Envelope) (con
 
 // mirrorTrace sets e's trace field to span, a child of parent (if valid),
 // as its headers will carry it.
-func mirrorTrace(e *Envelope, span trace.Span, parent trace.SpanContext) {
+func mirrorTrace(e *wire.Envelope, span trace.Span, parent trace.SpanContext) {
 	if sc := span.SpanContext(); sc.IsValid() {
-		e.Trace = &Trace{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String()}
+		e.Trace = &wire.Trace{TraceID: sc.TraceID().String(), SpanID: sc.SpanID().String()}
 		if parent.IsValid() {
 			e.Trace.ParentSpan = parent.SpanID().String()
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -29,17 +30,17 @@ type Workflow struct {
 // WorkflowMessage is one message of a workflow, read from the stream's
 // headers and subject.
 type WorkflowMessage struct {
-	Seq       uint64      `json:"seq"`
-	Time      time.Time   `json:"time"`
-	MessageID string      `json:"message_id"`
-	Type      MessageType `json:"message_type"`
-	Action    string      `json:"action,omitempty"`
-	Priority  string      `json:"priority"`
-	Sender    string      `json:"sender"`
-	Receiver  string      `json:"receiver,omitempty"`
-	Topic     string      `json:"topic,omitempty"`
-	InReplyTo string      `json:"in_reply_to,omitempty"`
-	Status    string      `json:"status,omitempty"`
+	Seq       uint64           `json:"seq"`
+	Time      time.Time        `json:"time"`
+	MessageID string           `json:"message_id"`
+	Type      wire.MessageType `json:"message_type"`
+	Action    string           `json:"action,omitempty"`
+	Priority  string           `json:"priority"`
+	Sender    string           `json:"sender"`
+	Receiver  string           `json:"receiver,omitempty"`
+	Topic     string           `json:"topic,omitempty"`
+	InReplyTo string           `json:"in_reply_to,omitempty"`
+	Status    string           `json:"status,omitempty"`
 	// Outcome, for requests and notifications: "answered", "acked",
 	// "failed" (an error or NACK came back) or "no_reply". A message an
 	// agent forwarded ([Reroute]) is answered to the original sender: the
@@ -99,7 +100,7 @@ func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects
 			}
 			pending = md.NumPending
 			h := msg.Headers()
-			if h.Get(HeaderCorrelation) != correlationID {
+			if h.Get(wire.HeaderCorrelation) != correlationID {
 				continue
 			}
 			sub, err := scheme.Parse(msg.Subject())
@@ -107,10 +108,10 @@ func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects
 				continue
 			}
 			w.Messages = append(w.Messages, WorkflowMessage{
-				Seq: md.Sequence.Stream, Time: md.Timestamp, MessageID: h.Get(HeaderMsgID),
-				Type: MessageType(h.Get(HeaderType)), Action: h.Get(HeaderAction), Priority: sub.Priority,
+				Seq: md.Sequence.Stream, Time: md.Timestamp, MessageID: h.Get(wire.HeaderMsgID),
+				Type: wire.MessageType(h.Get(wire.HeaderType)), Action: h.Get(wire.HeaderAction), Priority: sub.Priority,
 				Sender: sub.Sender, Receiver: sub.Receiver, Topic: sub.Topic,
-				InReplyTo: h.Get(HeaderInReplyTo), Status: h.Get(HeaderStatus),
+				InReplyTo: h.Get(wire.HeaderInReplyTo), Status: h.Get(wire.HeaderStatus),
 			})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -162,7 +163,7 @@ func (w *Workflow) summarize() {
 	}
 	for i := range w.Messages {
 		m := &w.Messages[i]
-		if m.Type != TypeRequest && m.Type != TypeNotification {
+		if m.Type != wire.TypeRequest && m.Type != wire.TypeNotification {
 			continue
 		}
 		// A forward (Reroute) is answered as the message it passes on:
@@ -174,18 +175,18 @@ func (w *Workflow) summarize() {
 		m.Outcome = "no_reply"
 		for _, r := range replies[id] {
 			switch {
-			case r.Type == TypeError || r.Status == StatusNACK || r.Status == StatusFailed || r.Status == StatusRejected:
+			case r.Type == wire.TypeError || r.Status == wire.StatusNACK || r.Status == wire.StatusFailed || r.Status == wire.StatusRejected:
 				m.Outcome = "failed"
-			case r.Type == TypeAck && m.Outcome != "failed":
+			case r.Type == wire.TypeAck && m.Outcome != "failed":
 				m.Outcome = "acked"
-			case r.Type == TypeResponse && m.Outcome != "failed":
+			case r.Type == wire.TypeResponse && m.Outcome != "failed":
 				m.Outcome = "answered"
 			}
 		}
 		switch {
 		case m.Outcome == "failed":
 			w.Outcome = WorkflowFailed
-		case m.Outcome == "no_reply" && m.Type == TypeRequest && w.Outcome != WorkflowFailed:
+		case m.Outcome == "no_reply" && m.Type == wire.TypeRequest && w.Outcome != WorkflowFailed:
 			w.Outcome = WorkflowInProgress
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -40,10 +41,10 @@ func scanMesh(t *testing.T, n int) (*mesh, jetstream.JetStream) {
 	const window = 500
 	for i := range n {
 		msg := &nats.Msg{Subject: subject, Header: nats.Header{}}
-		msg.Header.Set(agentkit.HeaderMsgID, fmt.Sprintf("msg_%d", i))
-		msg.Header.Set(agentkit.HeaderType, string(agentkit.TypeNotification))
+		msg.Header.Set(wire.HeaderMsgID, fmt.Sprintf("msg_%d", i))
+		msg.Header.Set(wire.HeaderType, string(wire.TypeNotification))
 		if i%10 == 0 {
-			msg.Header.Set(agentkit.HeaderCorrelation, "corr_scan")
+			msg.Header.Set(wire.HeaderCorrelation, "corr_scan")
 		}
 		if _, err := js.PublishMsgAsync(msg); err != nil {
 			t.Fatal(err)

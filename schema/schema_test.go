@@ -17,7 +17,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/schema"
 )
 
@@ -198,9 +198,9 @@ func TestSchema_FieldsMatchStructs(t *testing.T) {
 		typ    reflect.Type
 		schema map[string]any
 	}{
-		{"Envelope", reflect.TypeFor[agentkit.Envelope](), m},
-		{"Error", reflect.TypeFor[agentkit.Error](), defs["error"].(map[string]any)},
-		{"Trace", reflect.TypeFor[agentkit.Trace](), defs["trace"].(map[string]any)},
+		{"Envelope", reflect.TypeFor[wire.Envelope](), m},
+		{"Error", reflect.TypeFor[wire.Error](), defs["error"].(map[string]any)},
+		{"Trace", reflect.TypeFor[wire.Trace](), defs["trace"].(map[string]any)},
 	} {
 		all, _ := jsonFields(tc.typ)
 		if got := keys(tc.schema["properties"].(map[string]any)); !slices.Equal(got, all) {
@@ -211,7 +211,7 @@ func TestSchema_FieldsMatchStructs(t *testing.T) {
 		}
 	}
 	// The envelope's required fields are exactly those agentkit always writes.
-	_, required := jsonFields(reflect.TypeFor[agentkit.Envelope]())
+	_, required := jsonFields(reflect.TypeFor[wire.Envelope]())
 	got := stringList(m["required"])
 	slices.Sort(got)
 	if !slices.Equal(got, required) {
@@ -228,19 +228,19 @@ func TestSchema_EnumsMatchAgentkit(t *testing.T) {
 	enum := func(v any) []string { return stringList(v.(map[string]any)["enum"]) }
 
 	var priorities []string
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		priorities = append(priorities, string(p))
 	}
 	if got, want := enum(props["priority"]), append(priorities, "medium"); !slices.Equal(got, want) {
 		t.Errorf("priority enum %v, want %v", got, want)
 	}
 	for _, p := range enum(props["priority"]) {
-		if _, err := agentkit.ParsePriority(p); err != nil {
+		if _, err := wire.ParsePriority(p); err != nil {
 			t.Errorf("schema priority %q: agentkit rejects it: %v", p, err)
 		}
 	}
 
-	types := []agentkit.MessageType{agentkit.TypeRequest, agentkit.TypeResponse, agentkit.TypeNotification, agentkit.TypeError, agentkit.TypeAck}
+	types := []wire.MessageType{wire.TypeRequest, wire.TypeResponse, wire.TypeNotification, wire.TypeError, wire.TypeAck}
 	var typeNames []string
 	for _, ty := range types {
 		typeNames = append(typeNames, string(ty))
@@ -249,13 +249,13 @@ func TestSchema_EnumsMatchAgentkit(t *testing.T) {
 		t.Errorf("message_type enum %v, want %v", got, typeNames)
 	}
 	for _, s := range enum(props["message_type"]) {
-		if !agentkit.MessageType(s).Valid() {
+		if !wire.MessageType(s).Valid() {
 			t.Errorf("schema message_type %q: agentkit rejects it", s)
 		}
 	}
 
 	var codes []string
-	for _, c := range agentkit.ErrorCodes {
+	for _, c := range wire.ErrorCodes {
 		codes = append(codes, string(c))
 	}
 	errDef := m["$defs"].(map[string]any)["error"].(map[string]any)
@@ -272,7 +272,7 @@ func TestExamples_Valid(t *testing.T) {
 			if err := validate(t, data); err != nil {
 				t.Errorf("schema rejects it: %v", err)
 			}
-			if _, err := agentkit.Decode(data); err != nil {
+			if _, err := wire.Decode(data); err != nil {
 				t.Errorf("agentkit.Decode rejects it: %v", err)
 			}
 		})
@@ -291,7 +291,7 @@ func TestExamples_Invalid(t *testing.T) {
 			wantSchemaOK := strings.HasSuffix(name, schemaAccepts)
 			wantDecodeOK := strings.HasSuffix(name, decodeAccepts)
 			schemaErr := validate(t, data)
-			_, decodeErr := agentkit.Decode(data)
+			_, decodeErr := wire.Decode(data)
 			switch {
 			case wantSchemaOK && schemaErr != nil:
 				t.Errorf("schema now rejects it (%v): drop the %q suffix", schemaErr, schemaAccepts)
@@ -301,7 +301,7 @@ func TestExamples_Invalid(t *testing.T) {
 			switch {
 			case wantDecodeOK && decodeErr != nil:
 				t.Errorf("agentkit.Decode now rejects it (%v): drop the %q suffix", decodeErr, decodeAccepts)
-			case !wantDecodeOK && !errors.Is(decodeErr, agentkit.ErrInvalidEnvelope):
+			case !wantDecodeOK && !errors.Is(decodeErr, wire.ErrInvalidEnvelope):
 				t.Errorf("agentkit.Decode: err = %v, want ErrInvalidEnvelope", decodeErr)
 			}
 		})
@@ -313,13 +313,13 @@ func TestEncode_MatchesSchema(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2025, 8, 21, 10, 30, 0, 123456789, time.UTC)
 
-	req := agentkit.NewEnvelope(agentkit.TypeRequest, "orchestrator_1", "plan_workflow")
-	req.Priority = agentkit.PriorityHigh
+	req := wire.NewEnvelope(wire.TypeRequest, "orchestrator_1", "plan_workflow")
+	req.Priority = wire.PriorityHigh
 	req.TTLMillis = 30_000
 	req.SenderType = "orchestrator"
 	req.ReceiverID = "planner-1"
 	req.ReceiverType = "planner"
-	req.Correlation = agentkit.NewCorrelationID("session_user_1692633600", "update CUST001", at)
+	req.Correlation = wire.NewCorrelationID("session_user_1692633600", "update CUST001", at)
 	req.WorkflowID = "wf_12345"
 	req.TaskID = "task_1"
 	req.SessionID = "session_user_1692633600"
@@ -327,29 +327,29 @@ func TestEncode_MatchesSchema(t *testing.T) {
 	req.Payload = json.RawMessage(`{"operation":"update","customer_id":"CUST001"}`)
 	req.Context = json.RawMessage(`{"previousDecisions":["use JSONL"]}`)
 	req.Metadata = map[string]string{"source": "test"}
-	req.Trace = &agentkit.Trace{TraceID: "trace_123", SpanID: "span_456", ParentSpan: "span_123"}
+	req.Trace = &wire.Trace{TraceID: "trace_123", SpanID: "span_456", ParentSpan: "span_123"}
 
-	topic := agentkit.NewEnvelope(agentkit.TypeNotification, "agent-analyzer", "VerificationComplete")
+	topic := wire.NewEnvelope(wire.TypeNotification, "agent-analyzer", "VerificationComplete")
 	topic.Topic = "verification-complete"
 	topic.Payload = json.RawMessage(`null`)
 
-	nack := agentkit.NewError(agentkit.CodeBusy, "resource busy")
+	nack := wire.NewError(wire.CodeBusy, "resource busy")
 	nack.RetryAfterMS = 10_000
 	nack.Details = map[string]any{"queue": 42.0}
 
-	cases := map[string]*agentkit.Envelope{
+	cases := map[string]*wire.Envelope{
 		"request":   req,
 		"topic":     topic,
-		"broadcast": agentkit.NewEnvelope(agentkit.TypeNotification, "supervisor", "SystemShutdown"),
+		"broadcast": wire.NewEnvelope(wire.TypeNotification, "supervisor", "SystemShutdown"),
 		"response":  req.NewResponse("planner-1", "plan_complete", json.RawMessage(`{"tasks":[]}`)),
 		"ack":       req.NewAck("planner-1", nil, 230*time.Millisecond),
 		"nack":      req.NewAck("planner-1", nack, 0),
 	}
-	for _, c := range agentkit.ErrorCodes {
-		cases["error_"+string(c)] = req.NewErrorReply("planner-1", agentkit.NewError(c, ""))
+	for _, c := range wire.ErrorCodes {
+		cases["error_"+string(c)] = req.NewErrorReply("planner-1", wire.NewError(c, ""))
 	}
-	for _, p := range agentkit.Priorities {
-		e := agentkit.NewEnvelope(agentkit.TypeRequest, "a", "ping")
+	for _, p := range wire.Priorities {
+		e := wire.NewEnvelope(wire.TypeRequest, "a", "ping")
 		e.Priority = p
 		cases["priority_"+string(p)] = e
 	}
@@ -459,7 +459,7 @@ func FuzzSchemaAgreesWithDecode(f *testing.F) {
 			v = s
 		}
 		schemaErr := validate(t, data)
-		_, decodeErr := agentkit.Decode(data)
+		_, decodeErr := wire.Decode(data)
 		schemaOK, decodeOK := schemaErr == nil, decodeErr == nil
 		if schemaOK == decodeOK || knownDivergence(field, v, schemaOK, decodeOK) != "" {
 			return

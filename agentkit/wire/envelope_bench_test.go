@@ -1,25 +1,25 @@
-package agentkit_test
+package wire_test
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // benchEnvelope returns a direct request with a 512-byte payload, the size
 // of a typical task assignment.
-func benchEnvelope(b *testing.B) *agentkit.Envelope {
+func benchEnvelope(b *testing.B) *wire.Envelope {
 	b.Helper()
 	payload := `{"data":"` + strings.Repeat("x", 512-len(`{"data":""}`)) + `"}`
 	if len(payload) != 512 {
 		b.Fatalf("payload is %d bytes, want 512", len(payload))
 	}
-	e := agentkit.NewEnvelope(agentkit.TypeRequest, "orchestrator_1", "execute_operation")
+	e := wire.NewEnvelope(wire.TypeRequest, "orchestrator_1", "execute_operation")
 	e.ReceiverID = "executor_1"
-	e.Priority = agentkit.PriorityHigh
-	e.Correlation = agentkit.NewMessageID()
+	e.Priority = wire.PriorityHigh
+	e.Correlation = wire.NewMessageID()
 	e.WorkflowID = "wf_abc"
 	e.TaskID = "t2"
 	e.RequiresAck = true
@@ -50,7 +50,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := agentkit.Decode(data); err != nil {
+		if _, err := wire.Decode(data); err != nil {
 			b.Fatal(err)
 		}
 	}

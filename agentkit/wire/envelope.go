@@ -1,4 +1,4 @@
-package agentkit
+package wire
 
 import (
 	"crypto/sha256"
@@ -14,15 +14,16 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // Version is the envelope version agentkit writes in the "acl" field.
 const Version = "1"
 
-// DefaultMaxEnvelopeBytes is the largest encoded envelope sent or accepted
-// unless [WithMaxEnvelopeBytes] says otherwise: 16 MiB. Envelopes above the
-// server's max payload (1 MiB by default, seed 004's maximum message size)
+// DefaultMaxEnvelopeBytes is the largest encoded envelope an agent sends or
+// accepts unless configured otherwise (agentkit.WithMaxEnvelopeBytes):
+// 16 MiB. Envelopes above the server's max payload (1 MiB by default)
 // travel through the object store; this limit bounds those too.
 const DefaultMaxEnvelopeBytes = 16 << 20
 
@@ -69,7 +70,7 @@ type Envelope struct {
 	Trace        *Trace            `json:"trace,omitempty"` // mirrors the W3C traceparent header
 }
 
-// Trace holds the trace ids of seed 004's envelope. The W3C traceparent
+// Trace holds the trace ids of the message. The W3C traceparent
 // header is authoritative; this copy is for readers that only see the body.
 type Trace struct {
 	TraceID    string `json:"trace_id,omitempty"`
@@ -94,7 +95,7 @@ func NewEnvelope(t MessageType, sender, action string) *Envelope {
 	}
 }
 
-// NewCorrelationID returns a correlation id in seed 003's format,
+// NewCorrelationID returns a correlation id in the format
 // "<session>_<hash8>_<unix seconds>", where hash8 is the first 8 hex digits
 // of the SHA-256 of query. Any unique string is accepted as a correlation
 // id; this helper only makes ids that group a session's queries readably.
@@ -113,16 +114,16 @@ func (e *Envelope) Expired(now time.Time) bool {
 func (e *Envelope) Validate() error {
 	switch {
 	case e.ACL != Version:
-		return invalid("acl", fmt.Sprintf("unsupported version %s (want %q)", quote(e.ACL), Version))
+		return invalid("acl", fmt.Sprintf("unsupported version %s (want %q)", bound.Quote(e.ACL), Version))
 	}
-	if err := e.validateMessageID(); err != nil {
+	if err := ValidateMessageID(e.MessageID); err != nil {
 		return err
 	}
 	switch {
 	case !e.MessageType.Valid():
-		return invalid("message_type", "unknown type "+quote(string(e.MessageType)))
+		return invalid("message_type", "unknown type "+bound.Quote(string(e.MessageType)))
 	case !e.Priority.Valid():
-		return invalid("priority", "unknown priority "+quote(string(e.Priority)))
+		return invalid("priority", "unknown priority "+bound.Quote(string(e.Priority)))
 	case e.Timestamp.IsZero():
 		return invalid("timestamp", "required")
 	case e.TTLMillis < 0:
@@ -165,22 +166,29 @@ func (e *Envelope) Validate() error {
 		}
 	}
 	if e.Error != nil && !e.Error.Code.Valid() {
-		return invalid("error.code", "unknown code "+quote(string(e.Error.Code)))
+		return invalid("error.code", "unknown code "+bound.Quote(string(e.Error.Code)))
 	}
 	return nil
 }
 
-// validateMessageID checks message_id, which is also the Nats-Msg-Id
-// header and the name of a large envelope's object.
-func (e *Envelope) validateMessageID() error {
+// ValidateMessageID checks a message_id, which is also the Nats-Msg-Id
+// header and the name of a large envelope's object in the payload store:
+// at most 256 characters, no whitespace or control characters. The error
+// is a [*ValidationError] on message_id.
+func ValidateMessageID(id string) error {
 	switch {
-	case e.MessageID == "":
+	case id == "":
 		return invalid("message_id", "required")
-	case utf8.RuneCountInString(e.MessageID) > maxIDLen || strings.ContainsAny(e.MessageID, " \t\r\n") || hasControl(e.MessageID):
+	case utf8.RuneCountInString(id) > maxIDLen || strings.ContainsAny(id, " \t\r\n") || bound.HasControl(id):
 		return invalid("message_id", "must be at most 256 characters without whitespace or control characters")
 	}
 	return nil
 }
+
+// ValidateAction checks an action name as [Envelope.Validate] does: at
+// most 256 characters, no control characters. The error is a
+// [*ValidationError] on action.
+func ValidateAction(action string) error { return checkShort("action", action) }
 
 // checkShort checks a short text field (an id, the action, a status or an
 // agent type): at most maxIDLen characters, no control characters.
@@ -188,7 +196,7 @@ func checkShort(field, v string) error {
 	if utf8.RuneCountInString(v) > maxIDLen {
 		return invalid(field, "longer than 256 characters")
 	}
-	if hasControl(v) {
+	if bound.HasControl(v) {
 		return invalid(field, "contains a control character")
 	}
 	return nil
@@ -200,7 +208,7 @@ func (e *Envelope) Encode() ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := e.appendJSON(nil)
+	b, err := e.AppendJSON(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
 	}
@@ -286,10 +294,10 @@ func (e *Envelope) NewErrorReply(self string, err *Error) *Envelope {
 	return r
 }
 
-// NewAck returns the ack envelope answering e from self (seed 000's
-// acknowledgment): status ACK when nack is nil, else NACK carrying nack as
-// the reason. processing is the time the receiver spent on e; it travels as
-// metadata "processing_time_ms".
+// NewAck returns the ack envelope answering e from self: status ACK when
+// nack is nil, else NACK carrying nack as the reason. processing is the
+// time the receiver spent on e; it travels as metadata
+// [MetaProcessingTime].
 func (e *Envelope) NewAck(self string, nack *Error, processing time.Duration) *Envelope {
 	r := e.reply(self, TypeAck, e.Action)
 	r.Status = StatusACK
@@ -297,8 +305,6 @@ func (e *Envelope) NewAck(self string, nack *Error, processing time.Duration) *E
 		r.Status = StatusNACK
 		r.Error = nack
 	}
-	r.Metadata = map[string]string{metaProcessingTime: fmt.Sprint(processing.Milliseconds())}
+	r.Metadata = map[string]string{MetaProcessingTime: fmt.Sprint(processing.Milliseconds())}
 	return r
 }
-
-const metaProcessingTime = "processing_time_ms"

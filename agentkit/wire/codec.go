@@ -1,43 +1,21 @@
-package agentkit
+package wire
 
 import (
 	"encoding"
 	"slices"
 	"strconv"
-	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The envelope is encoded on every send, so it appends itself instead of
-// going through JSON v2's reflection-driven struct encoding: about 1.7x
-// faster (BenchmarkCodec). Strings, the payload and the timestamp are
-// still written by JSON v2's and the time package's own functions, so the
-// bytes are the same as the default encoding (FuzzCodecMatchesJSONv2).
+// going through JSON v2's reflection-driven struct encoding, which is
+// markedly slower (BenchmarkCodec). Strings, the payload and the timestamp
+// are still written by JSON v2's and the time package's own functions, so
+// the bytes are the same as the default encoding (FuzzCodecMatchesJSONv2).
 // Decoding stays with JSON v2's default, which a hand-written reader over
 // jsontext tokens did not beat.
-
-// encodeBuffers recycles the buffers outgoing envelopes are encoded into
-// (see outMsg): a *[]byte each.
-var encodeBuffers sync.Pool
-
-// maxPooledBuffer bounds the buffers kept for reuse, so one huge envelope
-// does not pin its buffer.
-const maxPooledBuffer = 64 << 10
-
-func getEncodeBuffer() *[]byte {
-	if b, ok := encodeBuffers.Get().(*[]byte); ok {
-		return b
-	}
-	return new([]byte)
-}
-
-func putEncodeBuffer(b *[]byte) {
-	if b != nil && cap(*b) <= maxPooledBuffer {
-		encodeBuffers.Put(b)
-	}
-}
 
 // envelopeFields is Envelope without its JSON method: what JSON v2's
 // default struct encoding sees.
@@ -45,18 +23,21 @@ type envelopeFields Envelope
 
 // MarshalJSONTo implements JSON v2's MarshalerTo.
 func (e *Envelope) MarshalJSONTo(enc *jsontext.Encoder) error {
-	b, err := e.appendJSON(nil)
+	b, err := e.AppendJSON(nil)
 	if err != nil {
 		return err
 	}
 	return enc.WriteValue(b)
 }
 
-// appendJSON appends e's encoding to b: the fields in declaration order,
-// unset optional fields omitted as their omitempty and omitzero tags say,
-// byte for byte what JSON v2's default struct encoding writes (see
-// FuzzCodecMatchesJSONv2).
-func (e *Envelope) appendJSON(b []byte) ([]byte, error) {
+// AppendJSON appends e's encoding to b and returns the extended buffer: the
+// fields in declaration order, unset optional fields omitted as their
+// omitempty and omitzero tags say, byte for byte what JSON v2's default
+// struct encoding writes (see FuzzCodecMatchesJSONv2). Unlike
+// [Envelope.Encode] it does not validate e, so a caller that has validated
+// it already can encode into a reused buffer; an invalid enum or JSON value
+// is still an error.
+func (e *Envelope) AppendJSON(b []byte) ([]byte, error) {
 	w := envelopeWriter{b: append(slices.Grow(b, e.sizeHint()), '{')}
 	w.str(`"acl":`, e.ACL, true)
 	w.str(`,"message_id":`, e.MessageID, true)

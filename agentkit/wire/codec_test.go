@@ -1,4 +1,4 @@
-package agentkit
+package wire
 
 import (
 	"bytes"
@@ -11,13 +11,13 @@ import (
 )
 
 // SchemaExamples returns the schema's valid and invalid example envelopes
-// (../schema/testdata), the seeds of the envelope fuzz tests. It fails tb
+// (../../schema/testdata), the seeds of the envelope fuzz tests. It fails tb
 // when there are fewer than 16: the seeds must not silently go missing.
 func SchemaExamples(tb testing.TB) [][]byte {
 	tb.Helper()
 	var out [][]byte
 	for _, dir := range []string{"valid", "invalid"} {
-		paths, err := filepath.Glob(filepath.Join("..", "schema", "testdata", dir, "*.json"))
+		paths, err := filepath.Glob(filepath.Join("..", "..", "schema", "testdata", dir, "*.json"))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -30,7 +30,7 @@ func SchemaExamples(tb testing.TB) [][]byte {
 		}
 	}
 	if len(out) < 16 {
-		tb.Fatalf("found %d example envelopes under ../schema/testdata, want at least 16", len(out))
+		tb.Fatalf("found %d example envelopes under ../../schema/testdata, want at least 16", len(out))
 	}
 	return out
 }
@@ -59,7 +59,7 @@ func FuzzCodecMatchesJSONv2(f *testing.F) {
 		if jsonv2.Unmarshal(data, &e) != nil {
 			return
 		}
-		got, gotErr := e.appendJSON(nil)
+		got, gotErr := e.AppendJSON(nil)
 		want, wantErr := jsonv2.Marshal((*envelopeFields)(&e), jsonv2.Deterministic(true))
 		if (gotErr == nil) != (wantErr == nil) {
 			t.Fatalf("input %q: codec error %v, JSON v2 error %v", data, gotErr, wantErr)
@@ -95,5 +95,5 @@ func BenchmarkCodec(b *testing.B) {
 		_, err := jsonv2.Marshal((*envelopeFields)(e), jsonv2.Deterministic(true))
 		return err
 	})
-	run("encode/codec", func() error { _, err := e.appendJSON(nil); return err })
+	run("encode/codec", func() error { _, err := e.AppendJSON(nil); return err })
 }

@@ -1,7 +1,9 @@
-package agentkit
+package wire
 
 import (
 	"slices"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
 )
 
 // Priority is a message's urgency. It selects the subject, the consumer, the
@@ -30,19 +32,11 @@ func ParsePriority(s string) (Priority, error) {
 	case "medium":
 		return PriorityNormal, nil
 	}
-	return "", invalid("priority", "unknown priority "+quote(s)+" (want critical, high, normal, low or batch)")
+	return "", invalid("priority", "unknown priority "+bound.Quote(s)+" (want critical, high, normal, low or batch)")
 }
 
 // Valid reports whether p is one of [Priorities].
 func (p Priority) Valid() bool { return slices.Contains(Priorities, p) }
-
-// rank orders priorities: 0 is critical, 4 is batch.
-func (p Priority) rank() int {
-	if i := slices.Index(Priorities, p); i >= 0 {
-		return i
-	}
-	return slices.Index(Priorities, PriorityNormal)
-}
 
 // String returns the wire spelling.
 func (p Priority) String() string { return string(p) }
@@ -50,7 +44,7 @@ func (p Priority) String() string { return string(p) }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (p Priority) MarshalText() ([]byte, error) {
 	if !p.Valid() {
-		return nil, invalid("priority", "unknown priority "+quote(string(p)))
+		return nil, invalid("priority", "unknown priority "+bound.Quote(string(p)))
 	}
 	return []byte(p), nil
 }
@@ -85,7 +79,7 @@ func (t MessageType) Valid() bool { return slices.Contains(messageTypes, t) }
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (t MessageType) MarshalText() ([]byte, error) {
 	if !t.Valid() {
-		return nil, invalid("message_type", "unknown type "+quote(string(t)))
+		return nil, invalid("message_type", "unknown type "+bound.Quote(string(t)))
 	}
 	return []byte(t), nil
 }
@@ -94,7 +88,7 @@ func (t MessageType) MarshalText() ([]byte, error) {
 func (t *MessageType) UnmarshalText(b []byte) error {
 	v := MessageType(b)
 	if !v.Valid() {
-		return invalid("message_type", "unknown type "+quote(string(b))+" (want request, response, notification, error or ack)")
+		return invalid("message_type", "unknown type "+bound.Quote(string(b))+" (want request, response, notification, error or ack)")
 	}
 	*t = v
 	return nil
@@ -104,7 +98,7 @@ func (t *MessageType) UnmarshalText(b []byte) error {
 // code says once whether retrying can help ([ErrorCode.Retryable]).
 type ErrorCode string
 
-// The error codes (seeds 001, 002, 003 and 004 unified).
+// The error codes.
 const (
 	CodeTimeout           ErrorCode = "TIMEOUT"            // the receiver did not answer in time
 	CodeUnavailable       ErrorCode = "UNAVAILABLE"        // the receiver is offline or its breaker is open
@@ -139,13 +133,13 @@ var ErrorCodes = []ErrorCode{CodeTimeout, CodeUnavailable, CodeBusy, CodeRateLim
 func (c ErrorCode) Valid() bool { _, ok := retryable[c]; return ok }
 
 // Retryable reports whether sending the same message again may succeed.
-// INTERNAL counts as retryable (seed 004: "maybe"): a crash may be transient.
+// INTERNAL counts as retryable: a crash may be transient.
 func (c ErrorCode) Retryable() bool { return retryable[c] }
 
 // MarshalText implements encoding.TextMarshaler; it rejects invalid values.
 func (c ErrorCode) MarshalText() ([]byte, error) {
 	if !c.Valid() {
-		return nil, invalid("error.code", "unknown code "+quote(string(c)))
+		return nil, invalid("error.code", "unknown code "+bound.Quote(string(c)))
 	}
 	return []byte(c), nil
 }
@@ -154,7 +148,7 @@ func (c ErrorCode) MarshalText() ([]byte, error) {
 func (c *ErrorCode) UnmarshalText(b []byte) error {
 	v := ErrorCode(b)
 	if !v.Valid() {
-		return invalid("error.code", "unknown code "+quote(string(b)))
+		return invalid("error.code", "unknown code "+bound.Quote(string(b)))
 	}
 	*c = v
 	return nil
