@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -495,5 +497,82 @@ func TestState_EnumsValid(t *testing.T) {
 	}
 	if agentkit.EntityKind("task").Valid() || protocol.TaskStatus("PENDING").Valid() || protocol.TaskPending.Terminal() {
 		t.Error("wrong spelling accepted, or pending terminal")
+	}
+}
+
+// TestState_JSONFieldNames checks the field names of the shared state's
+// entities, the protocol payloads they embed included, and
+// that they survive a round trip.
+func TestState_JSONFieldNames(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 10, 14, 30, 0, 0, time.UTC)
+	later := at.Add(time.Hour)
+	taskCtx := protocol.TaskContext{TaskID: "t1", TaskType: "analysis", Priority: wire.PriorityHigh, Metadata: map[string]any{"k": "v"}, Dependencies: []string{"t0"}, History: []protocol.TaskEvent{{Timestamp: at, EventType: "created", AgentID: "a", Details: map[string]any{"x": "y"}}}}
+	report := protocol.ErrorReport{ErrorID: "e1", AgentID: "a", TaskID: "t1", ErrorType: protocol.ErrorTypeTimeout, Severity: protocol.SeverityHigh, Message: "slow",
+		StackTrace: "main.go:1", Context: map[string]any{"input_data": "x", "configuration": "y", "environment": "z"},
+		RecoveryAttempts: []protocol.RecoveryAttempt{{AttemptNumber: 1, Timestamp: at, Strategy: "retry", Outcome: protocol.RecoveryFailure, Details: "again"}},
+		SuggestedActions: []string{"raise timeout"}}
+	taskContextKeys := []string{"task_id", "task_type", "priority", "metadata", "dependencies", "history"}
+	taskEventKeys := []string{"timestamp", "event_type", "agent_id", "details"}
+	for _, tt := range []struct {
+		name   string
+		give   any
+		keys   []string
+		nested map[string][]string // member → its keys (first element of arrays)
+	}{
+		{
+			name: "TaskState",
+			give: agentkit.TaskState{ID: "t1", Status: protocol.TaskFailed, AssignedAgent: "a", CreatedAt: at, UpdatedAt: later, Context: &taskCtx,
+				Result: json.RawMessage(`1`), Error: &report, History: taskCtx.History},
+			keys:   []string{"id", "status", "assigned_agent", "created_at", "updated_at", "context", "result", "error", "history"},
+			nested: map[string][]string{"context": taskContextKeys, "history": taskEventKeys},
+		},
+		{
+			name: "ResourceAllocation",
+			give: agentkit.ResourceAllocation{AgentID: "a", ResourceType: "tokens", Allocated: 10, Consumed: 5, Limit: 20, ExpiresAt: &later},
+			keys: []string{"agent_id", "resource_type", "allocated", "consumed", "limit", "expires_at"},
+		},
+		{
+			name: "PolicyState",
+			give: agentkit.PolicyState{Version: "1", EnabledChains: []string{"c"}},
+			keys: []string{"version", "enabled_chains", "risk_thresholds", "budget_limits", "circuit_breaker_config"},
+			nested: map[string][]string{
+				"risk_thresholds":        {"low", "high"},
+				"budget_limits":          {"per_task", "per_agent", "total"},
+				"circuit_breaker_config": {"error_threshold", "timeout_ms", "reset_timeout_ms"},
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustJSON(t, tt.give)
+			checkKeys(t, b, tt.keys...)
+			for member, keys := range tt.nested {
+				checkKeys(t, subObject(t, b, member), keys...)
+			}
+			// Round trip: decoding and encoding again gives the same JSON.
+			back := reflect.New(reflect.TypeOf(tt.give))
+			if err := json.Unmarshal(b, back.Interface()); err != nil {
+				t.Fatal(err)
+			}
+			if again := mustJSON(t, back.Elem().Interface()); string(again) != string(b) {
+				t.Errorf("round trip changed the JSON\n got %s\nwant %s", again, b)
+			}
+		})
+	}
+}
+
+// TestEntityKinds_Valid checks the entity kinds and that each
+// is Valid.
+func TestEntityKinds_Valid(t *testing.T) {
+	t.Parallel()
+	var got []string
+	for _, k := range agentkit.EntityKinds {
+		got = append(got, string(k))
+		if !k.Valid() {
+			t.Errorf("EntityKinds %s not Valid", k)
+		}
+	}
+	if want := []string{"TASK", "AGENT", "RESOURCE", "POLICY"}; !slices.Equal(got, want) {
+		t.Errorf("EntityKinds = %v, want %v", got, want)
 	}
 }
