@@ -260,7 +260,7 @@ func TestSchema_EnumsMatchAgentkit(t *testing.T) {
 	}
 	errDef := m["$defs"].(map[string]any)["error"].(map[string]any)
 	if got := enum(errDef["properties"].(map[string]any)["code"]); !slices.Equal(got, codes) {
-		t.Errorf("error.code enum %v, want agentkit.ErrorCodes %v", got, codes)
+		t.Errorf("error.code enum %v, want wire.ErrorCodes %v", got, codes)
 	}
 }
 
@@ -273,13 +273,13 @@ func TestExamples_Valid(t *testing.T) {
 				t.Errorf("schema rejects it: %v", err)
 			}
 			if _, err := wire.Decode(data); err != nil {
-				t.Errorf("agentkit.Decode rejects it: %v", err)
+				t.Errorf("wire.Decode rejects it: %v", err)
 			}
 		})
 	}
 }
 
-// TestExamples_Invalid checks that the schema and agentkit.Decode both
+// TestExamples_Invalid checks that the schema and wire.Decode both
 // reject every invalid example, except for the one-sided ones named with
 // [decodeAccepts] or [schemaAccepts], which must stay one-sided: when both
 // sides come to reject one, the test asks for the suffix to be dropped.
@@ -300,9 +300,9 @@ func TestExamples_Invalid(t *testing.T) {
 			}
 			switch {
 			case wantDecodeOK && decodeErr != nil:
-				t.Errorf("agentkit.Decode now rejects it (%v): drop the %q suffix", decodeErr, decodeAccepts)
+				t.Errorf("wire.Decode now rejects it (%v): drop the %q suffix", decodeErr, decodeAccepts)
 			case !wantDecodeOK && !errors.Is(decodeErr, wire.ErrInvalidEnvelope):
-				t.Errorf("agentkit.Decode: err = %v, want ErrInvalidEnvelope", decodeErr)
+				t.Errorf("wire.Decode: err = %v, want ErrInvalidEnvelope", decodeErr)
 			}
 		})
 	}
@@ -396,7 +396,7 @@ func knownDivergence(field, v string, schemaOK, decodeOK bool) string {
 }
 
 // FuzzSchemaAgreesWithDecode replaces one field of a valid envelope with an
-// arbitrary string and checks that the schema and agentkit.Decode agree.
+// arbitrary string and checks that the schema and wire.Decode agree.
 func FuzzSchemaAgreesWithDecode(f *testing.F) {
 	for _, seed := range []struct{ field, v string }{
 		{"timestamp", "2025-08-21T10:30:00Z"},

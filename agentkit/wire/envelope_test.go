@@ -306,11 +306,11 @@ func TestPriority_Text(t *testing.T) {
 func TestPriority_MatchesSubjects(t *testing.T) {
 	t.Parallel()
 	if len(wire.Priorities) != len(subjects.Priorities) {
-		t.Fatalf("agentkit.Priorities = %q, subjects.Priorities = %q", wire.Priorities, subjects.Priorities)
+		t.Fatalf("wire.Priorities = %q, subjects.Priorities = %q", wire.Priorities, subjects.Priorities)
 	}
 	for i, p := range wire.Priorities {
 		if string(p) != subjects.Priorities[i] {
-			t.Errorf("agentkit.Priorities[%d] = %q, subjects.Priorities[%d] = %q", i, p, i, subjects.Priorities[i])
+			t.Errorf("wire.Priorities[%d] = %q, subjects.Priorities[%d] = %q", i, p, i, subjects.Priorities[i])
 		}
 		if err := subjects.ValidatePriority(string(p)); err != nil {
 			t.Errorf("subjects rejects %q: %v", p, err)
