@@ -122,7 +122,7 @@ type Mesh struct {
 // Agent is the delivery policy and runtime tuning of an agent.
 type Agent struct {
 	// Policies is the delivery policy of each priority. Default:
-	// agentkit.DefaultPolicies (seed 000's timeout table).
+	// agentkit.DefaultPolicies, listed on the fields of [Policies].
 	Policies Policies `yaml:"policies"`
 	// Concurrency is how many handlers run at once. Default: 8.
 	Concurrency int `yaml:"concurrency"`
@@ -138,11 +138,11 @@ type Agent struct {
 type Policies struct {
 	// Critical default: backoff 2s 4s 8s 16s 32s, 5 attempts, 1m processing limit.
 	Critical Policy `yaml:"critical"`
-	// High default: backoff 5s 10s 20s 40s, 4 attempts, 5m (seed 000).
+	// High default: backoff 5s 10s 20s 40s, 4 attempts, 5m.
 	High Policy `yaml:"high"`
-	// Normal default: backoff 10s 20s 40s, 3 attempts, 10m (seed 000's medium).
+	// Normal default: backoff 10s 20s 40s, 3 attempts, 10m.
 	Normal Policy `yaml:"normal"`
-	// Low default: backoff 30s 30s, 2 attempts, 10m (seed 000).
+	// Low default: backoff 30s 30s, 2 attempts, 10m.
 	Low Policy `yaml:"low"`
 	// Batch default: backoff 60s 60s, 2 attempts, 30m.
 	Batch Policy `yaml:"batch"`
@@ -189,7 +189,7 @@ type Monitor struct {
 	// MinSamples is the fewest messages in a window before an alert may
 	// fire. Default: 20.
 	MinSamples int `yaml:"min_samples"`
-	// Alerts are the thresholds of seed 000, in percent, each above 0.
+	// Alerts are the alert thresholds, in percent, each above 0.
 	Alerts Alerts `yaml:"alerts"`
 	// DefaultDirector receives escalations for senders without a director.
 	// Default: "director".
@@ -197,7 +197,7 @@ type Monitor struct {
 	// SampleFrequency is the percentage of acks the server reports as ack
 	// metrics (0..100), set on the consumers of agents configured from this
 	// file ([Config.AgentOptions], agentkit.WithSampleFrequency); send, NAK,
-	// TERM and MAX_DELIVERIES counts stay exact at any value (DESIGN.md §7).
+	// TERM and MAX_DELIVERIES counts stay exact at any value.
 	// Default: 100.
 	SampleFrequency int `yaml:"sample_frequency"`
 	// ID is the monitor's id: the sender of its escalations and the prefix
@@ -227,7 +227,8 @@ type Monitor struct {
 	LogLevel string `yaml:"log_level"`
 }
 
-// Alerts are seed 000's alert thresholds, in percent.
+// Alerts are the thresholds, in percent, at which the monitor raises
+// warning and critical alerts.
 type Alerts struct {
 	// AckRateWarning: warn when the ack rate falls below it. Default: 95.
 	AckRateWarning float64 `yaml:"ack_rate_warning"`

@@ -1,7 +1,7 @@
 // Command twoagents runs two agents on an embedded NATS server: an
 // orchestrator asks a planner for a plan (request/response), then sends the
-// plan's first task to an executor and waits for its ACK (seed 000's
-// send_with_acknowledgment), then a bad task that the executor NACKs.
+// plan's first task to an executor and waits for its ACK (SendAndWait),
+// then a bad task that the executor NACKs.
 //
 //	go run ./examples/twoagents
 package main

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Cluster is an embedded JetStream cluster built the way NATS.md §6
-// describes: route ports reserved up front, every node routing to every
-// node (itself included), and a meta leader elected before it is returned.
+// Cluster is an embedded JetStream cluster: route ports reserved up front,
+// every node routing to every node (itself included), and a meta leader
+// elected before it is returned.
 type Cluster struct {
 	// Servers are the nodes, S-1 to S-n; a stopped node's entry stays in
 	// place until [Cluster.Restart] replaces it.

@@ -11,7 +11,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
-// TestCluster_FailoverAndCatchUp follows NATS.md §6: an R3 stream keeps
+// TestCluster_FailoverAndCatchUp checks that an R3 stream keeps
 // every message while its leader is shut down, and the restarted node
 // catches up.
 func TestCluster_FailoverAndCatchUp(t *testing.T) {
