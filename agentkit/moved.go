@@ -45,7 +45,6 @@ const (
 var (
 	Decode             = wire.Decode
 	ErrInvalidEnvelope = wire.ErrInvalidEnvelope
-	ErrorCodes         = wire.ErrorCodes
 	NewCorrelationID   = wire.NewCorrelationID
 	NewEnvelope        = wire.NewEnvelope
 	ParsePriority      = wire.ParsePriority
