@@ -1,5 +1,13 @@
 package store
 
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
 // migrations are applied in order, each once, recorded in
 // schema_migrations. The SQL is shared by SQLite and PostgreSQL: BIGINT
 // Unix-microsecond times, TEXT, DOUBLE PRECISION and ON CONFLICT upserts
@@ -139,4 +147,45 @@ var migrations = []string{
 	CREATE INDEX idx_ack_followup_due ON message_acknowledgments (stream_seq, consumer)
 	WHERE handled_at IS NULL AND given_up_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID');
 	CREATE INDEX idx_ack_given_up ON message_acknowledgments (given_up_at) WHERE given_up_at IS NOT NULL;`,
+}
+
+// migrate applies every migration up to version to that is not yet
+// recorded in schema_migrations. Each runs under the dialect's migration
+// lock, and so does creating schema_migrations: PostgreSQL's CREATE TABLE
+// IF NOT EXISTS fails (23505) when another store opening the same schema
+// creates it at the same moment.
+func (s *sqlStore) migrate(ctx context.Context, to int) error {
+	for i, m := range migrations[:to] {
+		version := i + 1
+		if err := s.tx(ctx, func(tx *sql.Tx) error {
+			if s.d.migrationLock != "" {
+				if _, err := tx.ExecContext(ctx, s.d.migrationLock); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+				return fmt.Errorf("schema_migrations: %w", err)
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			for _, stmt := range strings.Split(m, ";\n") {
+				if strings.TrimSpace(stmt) == "" {
+					continue
+				}
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("%s: %w", strings.TrimSpace(stmt)[:min(60, len(strings.TrimSpace(stmt)))], err)
+				}
+			}
+			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, time.Now().UnixMicro())
+			return err
+		}); err != nil {
+			return fmt.Errorf("%w: %s: version %d: %w", ErrMigration, s.d.name, version, err)
+		}
+	}
+	return nil
 }
