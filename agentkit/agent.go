@@ -162,8 +162,9 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 // ID returns the agent's id.
 func (a *Agent) ID() string { return a.id }
 
-// Handle registers h for messages whose action is action. It must be called
-// before Start; registering an action twice replaces the handler.
+// Handle registers h, wrapped in the middleware of [WithMiddleware], for
+// messages whose action is action. It must be called before Start;
+// registering an action twice replaces the handler.
 func (a *Agent) Handle(action string, h Handler) error {
 	if action == "" || h == nil {
 		return fmt.Errorf("%w: Handle needs an action and a handler", ErrInvalidOption)
@@ -175,6 +176,9 @@ func (a *Agent) Handle(action string, h Handler) error {
 	defer a.mu.Unlock()
 	if a.state != stateNew {
 		return fmt.Errorf("%w: Handle(%q) after Start", ErrAlreadyStarted, action)
+	}
+	if h = chain(h, a.opts.middleware); h == nil {
+		return fmt.Errorf("%w: middleware made a nil handler for %q", ErrInvalidOption, action)
 	}
 	a.handlers[action] = h
 	return nil

@@ -167,3 +167,48 @@ func ExampleAgent_Send_invalidID() {
 	// true
 	// agentkit: invalid id: subjects: invalid receiver id "planner.1": character '.' at byte 7 is not in [A-Za-z0-9_-]
 }
+
+// Middleware wraps every handler: here the outer one logs what each
+// message came to and the inner one refuses senders it does not know,
+// before the handler runs.
+func ExampleWithMiddleware() {
+	ctx := context.Background()
+	nc := connect()
+	defer nc.Close()
+
+	logged := func(next agentkit.Handler) agentkit.Handler {
+		return agentkit.HandlerFunc(func(ctx context.Context, m *agentkit.Message) error {
+			err := next.Handle(ctx, m)
+			fmt.Printf("%s from %s: %v\n", m.Action, m.SenderID, err)
+			return err
+		})
+	}
+	known := func(next agentkit.Handler) agentkit.Handler {
+		return agentkit.HandlerFunc(func(ctx context.Context, m *agentkit.Message) error {
+			if m.SenderID != "orch_4" {
+				return agentkit.Reject(wire.CodeRejected, "unknown sender "+m.SenderID)
+			}
+			return next.Handle(ctx, m)
+		})
+	}
+	worker, _ := agentkit.New(nc, "worker_4", agentkit.WithMiddleware(logged, known))
+	worker.HandleFunc("work", func(context.Context, *agentkit.Message) error { return nil })
+	if err := worker.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer worker.Stop()
+	for _, id := range []string{"orch_4", "stranger_4"} {
+		sender, _ := agentkit.New(nc, id, agentkit.WithRegistration(false))
+		if err := sender.Start(ctx); err != nil {
+			panic(err)
+		}
+		_, err := sender.SendAndWait(ctx, "worker_4", "work", nil)
+		fmt.Println(id, "heard:", err)
+		sender.Stop()
+	}
+	// Output:
+	// work from orch_4: <nil>
+	// orch_4 heard: <nil>
+	// work from stranger_4: agentkit: REJECTED: unknown sender stranger_4
+	// stranger_4 heard: agentkit: remote: REJECTED: unknown sender stranger_4
+}

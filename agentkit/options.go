@@ -50,6 +50,7 @@ type options struct {
 	logPayloads    bool
 	dedupWindow    time.Duration
 	sampleFreq     string
+	middleware     []Middleware
 }
 
 func defaultOptions() options {
