@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // The runtime keeps each task's state in the shared state (seed 002) as
@@ -65,10 +66,17 @@ func (a *Agent) State(ctx context.Context) (*State, error) {
 
 // trackTask records an acked task.* message in its task's state.
 func (a *Agent) trackTask(env *wire.Envelope) {
-	if env.TaskID == "" || !strings.HasPrefix(env.Action, "task.") {
+	if !strings.HasPrefix(env.Action, "task.") || env.MessageType == wire.TypeAck || env.MessageType == wire.TypeError {
+		// An ack or error envelope repeats the action it answers: it is
+		// not that action, and recording it would make its receiver the
+		// assignee.
 		return
 	}
-	a.recordTask(env.TaskID, func(t *TaskState) {
+	id := taskID(env)
+	if id == "" {
+		return
+	}
+	a.recordTask(id, func(t *TaskState) {
 		// Messages are recorded when acked, which is not the order they
 		// were sent in (priorities, redeliveries, several instances; an
 		// assignment is acked after its handler has sent the task's
@@ -116,6 +124,21 @@ func (a *Agent) trackTask(env *wire.Envelope) {
 		}
 		t.History = insertEvent(t.History, ev)
 	})
+}
+
+// taskID returns the task env is about: its task_id, else the task_id
+// every task.* payload carries, which a sender may set alone.
+func taskID(env *wire.Envelope) string {
+	if env.TaskID != "" {
+		return env.TaskID
+	}
+	var p struct {
+		TaskID string `json:"task_id"`
+	}
+	if json.Unmarshal(env.Payload, &p) != nil || subjects.ValidateToken("task id", p.TaskID) != nil {
+		return ""
+	}
+	return p.TaskID
 }
 
 // eventStatus returns the status a task event recorded by trackTask sets,

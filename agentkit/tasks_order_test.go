@@ -192,3 +192,78 @@ func expect(ok bool, format string, args ...any) string {
 	}
 	return fmt.Sprintf(format, args...)
 }
+
+// Every task.* action the runtime documents is recorded when its receiver
+// acks it, also when the sender put the task id only in the payload, where
+// every task protocol message carries it; task.assign also makes the
+// receiver the assignee.
+func TestTaskState_EveryActionRecordedFromPayloadTaskID(t *testing.T) {
+	t.Parallel()
+	failure := protocol.ErrorReport{ErrorID: "e1", AgentID: "exec", ErrorType: protocol.ErrorTypeTimeout, Severity: protocol.SeverityHigh, Message: "timed out"}
+	cases := []struct {
+		action  string
+		payload any
+		want    func(*agentkit.TaskState) string
+	}{
+		{protocol.ActionTaskAssign, protocol.TaskAssignment{TaskType: "db"}, func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == protocol.TaskInProgress && ts.AssignedAgent == "recv",
+				"status %s, assigned to %q; want in_progress, recv", ts.Status, ts.AssignedAgent)
+		}},
+		{protocol.ActionTaskUpdate, protocol.TaskUpdate{Status: protocol.TaskInProgress, Progress: 0.5}, func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress", ts.Status)
+		}},
+		{protocol.ActionTaskComplete, protocol.TaskComplete{Result: json.RawMessage(`1`)}, func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == protocol.TaskCompleted && string(ts.Result) == `1`, "status %s, result %s; want completed, 1", ts.Status, ts.Result)
+		}},
+		{protocol.ActionTaskFailed, protocol.TaskFailure{Error: failure}, func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == protocol.TaskFailed && ts.Error != nil, "status %s, error %v; want failed with the report", ts.Status, ts.Error)
+		}},
+		{protocol.ActionTaskHandoff, protocol.TaskHandoffRequest{FromAgent: "sender", ToAgent: "recv", Reason: protocol.HandoffLoadBalancing}, func(ts *agentkit.TaskState) string {
+			return expect(ts.Status == protocol.TaskPending && ts.AssignedAgent == "", "status %s, assigned to %q; want pending, none", ts.Status, ts.AssignedAgent)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.action, func(t *testing.T) {
+			t.Parallel()
+			m := newMesh(t)
+			noop := func(context.Context, *agentkit.Message) error { return nil }
+			m.started("recv", map[string]agentkit.HandlerFunc{tc.action: noop}, agentkit.WithRegistration(false))
+			sender := m.agent("sender", agentkit.WithRegistration(false))
+			c := ctx(t)
+			const task = "t1"
+			env, err := sender.Send(c, "recv", tc.action, payloadWithTaskID(t, tc.payload, task), agentkit.WithMessageType(wire.TypeNotification))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if env.TaskID != "" {
+				t.Fatalf("task_id %q set on the envelope, want it in the payload only", env.TaskID)
+			}
+			state, err := sender.State(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ts *agentkit.TaskState
+			eventually(t, 10*time.Second, "the message recorded", func() bool {
+				ts, err = state.Task(c, task)
+				return err == nil && len(ts.History) == 1
+			})
+			if ev := ts.History[0]; "task."+ev.EventType != tc.action || ev.Details["message_id"] != env.MessageID || ev.Details["receiver"] != "recv" {
+				t.Errorf("event %+v, want %s of %s received by recv", ev, tc.action, env.MessageID)
+			}
+			if msg := tc.want(ts); msg != "" {
+				t.Error(msg)
+			}
+		})
+	}
+}
+
+// payloadWithTaskID is withTaskID for every task protocol payload,
+// handoff requests included.
+func payloadWithTaskID(t *testing.T, payload any, id string) any {
+	t.Helper()
+	if p, ok := payload.(protocol.TaskHandoffRequest); ok {
+		p.TaskID = id
+		return p
+	}
+	return withTaskID(t, payload, id)
+}
