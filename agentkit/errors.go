@@ -3,6 +3,7 @@ package agentkit
 import (
 	"errors"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/permission"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
@@ -43,10 +44,10 @@ var (
 	// ErrNoFallback: no other READY agent has the capability to take the
 	// message (see [NoFallbackError]).
 	ErrNoFallback = errors.New("agentkit: no fallback agent")
-	// ErrPermissionDenied: the server refused this connection's credentials
-	// a subject (publishing as another agent, another agent's consumer, a
-	// JetStream API call). Not retried.
-	ErrPermissionDenied = errors.New("agentkit: permission denied")
+	// ErrPermissionDenied is [permission.ErrDenied]: the server refused
+	// this connection's credentials a subject (publishing as another
+	// agent, another agent's consumer, a JetStream API call). Not retried.
+	ErrPermissionDenied = permission.ErrDenied
 )
 
 // CodeOf returns the [wire.ErrorCode] carried by err, [wire.CodeTimeout] for

@@ -3,59 +3,20 @@ package auth
 import (
 	"context"
 	"errors"
-	"fmt"
-	"regexp"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/permission"
 )
 
-// ErrPermissionDenied is matched (errors.Is) by every [*PermissionError]:
-// the server refused a publish or a subscription.
-var ErrPermissionDenied = errors.New("auth: permission denied")
+// ErrPermissionDenied is [permission.ErrDenied], the one sentinel of a
+// refused subject that agentkit's sends match too.
+var ErrPermissionDenied = permission.ErrDenied
 
-// PermissionError is a server's permissions violation, parsed from the
-// asynchronous error nats.go reports (the server sends "-ERR 'Permissions
-// Violation for Publish to "<subject>"'" and drops the message; nothing is
-// returned to the publisher).
-type PermissionError struct {
-	// Op is "publish" or "subscribe".
-	Op string
-	// Subject is the subject refused.
-	Subject string
-	// Err is the error nats.go reported; it matches
-	// nats.ErrPermissionViolation.
-	Err error
-}
-
-func (e *PermissionError) Error() string {
-	return fmt.Sprintf("auth: permission denied: %s to %q", e.Op, e.Subject)
-}
-
-// Is reports whether target is ErrPermissionDenied.
-func (e *PermissionError) Is(target error) bool { return target == ErrPermissionDenied }
-
-// Unwrap returns the nats.go error.
-func (e *PermissionError) Unwrap() error { return e.Err }
-
-var violationRe = regexp.MustCompile(`(?i)permissions violation for (publish|subscription) to "([^"]+)"`)
-
-// ParsePermissionError returns the permissions violation err reports, if
-// it is one (errors.Is(err, nats.ErrPermissionViolation)).
-func ParsePermissionError(err error) (*PermissionError, bool) {
-	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
-		return nil, false
-	}
-	pe := &PermissionError{Op: "publish", Err: err}
-	if m := violationRe.FindStringSubmatch(err.Error()); m != nil {
-		if strings.EqualFold(m[1], "subscription") {
-			pe.Op = "subscribe"
-		}
-		pe.Subject = m[2]
-	}
-	return pe, true
-}
+// PermissionError is a server's permissions violation, as
+// [permission.Parse] reads it from the asynchronous error nats.go reports.
+type PermissionError = permission.Error
 
 // watcherKeep is how many violations a Watcher remembers.
 const watcherKeep = 64
@@ -87,7 +48,7 @@ func (w *Watcher) Option() nats.Option { return nats.ErrorHandler(w.Handle) }
 // Handle is the nats.ErrHandler: it records permissions violations and
 // passes every error on. It is fast and does not block.
 func (w *Watcher) Handle(nc *nats.Conn, sub *nats.Subscription, err error) {
-	if pe, ok := ParsePermissionError(err); ok {
+	if pe, ok := permission.Parse(err); ok {
 		w.mu.Lock()
 		w.seq++
 		w.recent = append(w.recent, pe)
