@@ -81,7 +81,6 @@ type Agent struct {
 	handled    handledSet   // recently finished stream sequences
 	invalidLog *sampledLog  // invalid input, logged by sample
 
-	metrics    *metrics // nil without WithMetrics
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
 
@@ -141,12 +140,6 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 	}
 	a.breakers.settings, a.breakers.onChange = o.breaker, a.breakerChanged
 	a.handled.init(o.dedupWindow)
-	if o.metrics != nil {
-		if a.metrics, err = newMetrics(o.metrics); err != nil {
-			return nil, err
-		}
-		a.metrics.bind(id, &a.stats)
-	}
 	tp := o.tracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -155,6 +148,9 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 	a.propagator = o.propagator
 	if a.propagator == nil {
 		a.propagator = otel.GetTextMapPropagator()
+	}
+	for _, h := range o.hooks.newAgent {
+		h.OnNewAgent(a)
 	}
 	return a, nil
 }
@@ -291,7 +287,7 @@ func (a *Agent) start(ctx context.Context) error {
 			a.asyncError(err)
 		}
 	}
-	if a.registry != nil || a.metrics != nil {
+	if a.registry != nil {
 		a.hbDone = make(chan struct{})
 		a.heartbeat.Go(a.heartbeatLoop)
 	}
@@ -604,6 +600,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 		a.fast.close()
 		close(a.closed)
 		a.mu.Unlock()
+		a.stoppedHooks()
 		return
 	}
 	a.state = stateStopping
@@ -637,7 +634,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 		stranded = append(stranded, s.waiting.drop()...)
 	}
 	for _, d := range stranded {
-		a.brokerErr(d.msg.Nak(), d, "nak")
+		a.handBack(d)
 	}
 	a.cancel()
 	if a.registry != nil {
@@ -654,14 +651,19 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	a.mu.Unlock()
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
 	a.fast.close()
-	if a.metrics != nil {
-		a.metrics.forget(a.id)
-	}
 	if !watcher {
 		a.watcher.Wait()
 	}
+	a.stoppedHooks()
 	close(a.closed)
 	a.opts.logger.Info("agent stopped", "agent", a.id)
+}
+
+// stoppedHooks tells the hooks the agent has stopped.
+func (a *Agent) stoppedHooks() {
+	for _, h := range a.opts.hooks.stopped {
+		h.OnAgentStopped(a)
+	}
 }
 
 // Closed returns a channel closed once the agent has stopped.
@@ -740,10 +742,9 @@ func (a *Agent) announceBestEffort(status AgentStatus) {
 }
 
 // heartbeatLoop renews the registry record every heartbeat interval (READY,
-// or BUSY when every worker is taken), publishes a core NATS heartbeat on
-// mesh.hb.<agent> for anyone watching liveness without the registry, and
-// refreshes the queue-size and prefetch gauges. It reports, once, a
-// registry whose watch has ended by itself (Registry.Err).
+// or BUSY when every worker is taken) and publishes a core NATS heartbeat
+// on mesh.hb.<agent> for anyone watching liveness without the registry. It
+// reports, once, a registry whose watch has ended by itself (Registry.Err).
 func (a *Agent) heartbeatLoop() {
 	t := time.NewTicker(a.opts.heartbeat)
 	defer t.Stop()
@@ -754,13 +755,6 @@ func (a *Agent) heartbeatLoop() {
 		case <-a.hbDone:
 			return
 		case <-t.C:
-			if a.metrics != nil {
-				a.refreshPrefetch()
-				a.refreshQueueSize()
-			}
-			if a.registry == nil {
-				continue
-			}
 			if err := a.registry.Err(); err != nil && !reported {
 				reported = true
 				a.asyncError(fmt.Errorf("agentkit: %s: discovery answers from a cache that no longer changes: %w", a.id, err))
@@ -778,28 +772,4 @@ func (a *Agent) heartbeatLoop() {
 			}
 		}
 	}
-}
-
-// refreshPrefetch sets agent_prefetch from the sources' current sizes.
-func (a *Agent) refreshPrefetch() {
-	for i, src := range *a.sources.Load() {
-		a.metrics.prefetch.WithLabelValues(a.id, string(queueOrder[i])).Set(float64(src.prefetch()))
-	}
-}
-
-// refreshQueueSize sets agent_queue_size from the consumers' pending and
-// unacknowledged counts.
-func (a *Agent) refreshQueueSize() {
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
-	defer cancel()
-	var n uint64
-	for _, p := range queueOrder {
-		info, err := a.ConsumerInfo(ctx, p)
-		if err != nil {
-			a.asyncError(err)
-			return
-		}
-		n += info.NumPending + uint64(info.NumAckPending)
-	}
-	a.metrics.queue.WithLabelValues(a.id).Set(float64(n))
 }

@@ -159,7 +159,7 @@ func TestSendBatch_FastBatch(t *testing.T) {
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
 	wire := m.watchBatches()
 	reg := prometheus.NewRegistry()
-	sender := m.agent("sender", agentkit.WithMetrics(reg))
+	sender := m.agent("sender", withMetrics(t, reg))
 	envs := requests(t, sender, 1200, map[string]int{"n": 1})
 	if err := sender.SendBatch(ctx(t), envs); err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestSendBatch_StreamWithoutFastBatch(t *testing.T) {
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
 	wire := m.watchBatches()
 	reg := prometheus.NewRegistry()
-	sender := m.agent("sender", agentkit.WithMetrics(reg))
+	sender := m.agent("sender", withMetrics(t, reg))
 	first := requests(t, sender, 10, nil)
 	if err := sender.SendBatch(ctx(t), first); err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestSendBatch_StreamFullMidBatch(t *testing.T) {
 	m.createStream(func(c *jetstream.StreamConfig) { c.MaxMsgs, c.Discard = 5, jetstream.DiscardNew })
 	wire := m.watchBatches()
 	reg := prometheus.NewRegistry()
-	sender := m.agent("sender", agentkit.WithMetrics(reg))
+	sender := m.agent("sender", withMetrics(t, reg))
 	// The stream refuses with a retryable 503: retries end with the context.
 	if failed := failedItems(t, sender, requests(t, sender, 8, nil)); !slices.Equal(failed, []int{5, 6, 7}) {
 		t.Errorf("items %v failed, want [5 6 7]", failed)

@@ -79,7 +79,7 @@ func BenchmarkThroughput(b *testing.B) {
 		return benchAgentkit(b, pub, sub, sendConcurrently, false)
 	})
 	run("agentkit-metrics", func(b *testing.B, pub, sub *nats.Conn) float64 {
-		return benchAgentkit(b, pub, sub, sendConcurrently, false, agentkit.WithMetrics(prometheus.NewRegistry()))
+		return benchAgentkit(b, pub, sub, sendConcurrently, false, withMetrics(b, prometheus.NewRegistry()))
 	})
 }
 

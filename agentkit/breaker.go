@@ -215,5 +215,7 @@ func consecutive(n int, hit, keep bool) int {
 
 func (a *Agent) breakerChanged(to string, s BreakerState) {
 	a.opts.logger.Info("circuit state changed", "agent", a.id, "to", to, "state", s)
-	a.observeBreaker(to, s)
+	for _, h := range a.opts.hooks.breaker {
+		h.OnBreakerChange(BreakerEvent{Agent: a.id, To: to, State: s})
+	}
 }

@@ -120,8 +120,7 @@ func (a *Agent) read(p wire.Priority, src *source, out chan<- *delivery) {
 		case out <- d:
 		case <-a.quit:
 			// Stopping: give the message straight back for redelivery.
-			src.waiting.remove(d)
-			a.brokerErr(d.msg.Nak(), d, "nak")
+			a.giveBack(d)
 			return
 		}
 	}
@@ -209,7 +208,13 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 // NAKs it for redelivery.
 func (a *Agent) giveBack(d *delivery) {
 	d.src.waiting.remove(d)
-	a.brokerErr(d.msg.Nak(), d, "nak")
+	a.handBack(d)
+}
+
+// handBack NAKs d, which no handler ran, for immediate redelivery: the
+// agent is stopping.
+func (a *Agent) handBack(d *delivery) {
+	a.settled(d, SettleEvent{Outcome: OutcomeNak, BrokerErr: a.brokerErr(d.msg.Nak(), d, "nak")})
 }
 
 // next returns the highest-priority waiting delivery, blocking until one
@@ -289,9 +294,11 @@ func (a *Agent) receive(d *delivery) bool {
 		var reason string
 		env, reason, err = a.claim(ref, msg)
 		if err != nil { // the store is unreachable: try again later
-			a.asyncError(fmt.Errorf("agentkit: fetch large envelope %s: %w", ref, err))
-			a.brokerErr(msg.NakWithDelay(d.src.policy.retryDelay(d.delivery)), d, "nak")
+			err = fmt.Errorf("agentkit: fetch large envelope %s: %w", ref, err)
+			a.asyncError(err)
+			berr := a.brokerErr(msg.NakWithDelay(d.src.policy.retryDelay(d.delivery)), d, "nak")
 			a.stats.add(OutcomeNak)
+			a.settled(d, SettleEvent{Outcome: OutcomeNak, Err: err, BrokerErr: berr})
 			return false
 		}
 		if reason != "" {
@@ -391,7 +398,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 		return
 	}
 	if !a.handled.begin(d) {
-		a.stats.add(OutcomeDuplicate) // the run in progress settles it
+		a.stats.add(OutcomeDuplicate) // the run in progress settles it, and reports it to the hooks
 		return
 	}
 	defer a.handled.end(d.seq)
@@ -472,7 +479,7 @@ func (a *Agent) call(ctx context.Context, h Handler, m *Message) (err error) {
 		if r := recover(); r != nil {
 			a.stats.add(OutcomePanic)
 			a.opts.logger.Error("handler panicked", "agent", a.id, "action", m.Action, "message_id", m.MessageID, "panic", r, "stack", string(debug.Stack()))
-			err = &retryError{code: wire.CodeInternal, err: fmt.Errorf("handler panic: %v", r)}
+			err = &retryError{code: wire.CodeInternal, err: fmt.Errorf("%w: %v", ErrHandlerPanic, r)}
 		}
 	}()
 	return h.Handle(ctx, m)
@@ -496,14 +503,16 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 	switch kind {
 	case outcomeAck:
 		a.handled.add(d.seq)
+		var berr error
 		if a.opts.doubleAck {
 			ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
-			a.brokerErr(d.msg.DoubleAck(ctx), d, "double ack")
+			berr = a.brokerErr(d.msg.DoubleAck(ctx), d, "double ack")
 			cancel()
 		} else {
-			a.brokerErr(d.msg.Ack(), d, "ack")
+			berr = a.brokerErr(d.msg.Ack(), d, "ack")
 		}
 		a.stats.add(OutcomeAck)
+		a.settled(d, SettleEvent{Outcome: OutcomeAck, Elapsed: elapsed, BrokerErr: berr})
 		a.release(d)
 		a.trackTask(env)
 		if env.RequiresAck && a.answers(d) {
@@ -511,17 +520,18 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		}
 	case outcomeRetry:
 		if a.stopping.Load() && errors.Is(err, context.Canceled) {
-			a.brokerErr(d.msg.Nak(), d, "nak") // cut short by Stop: not the handler's error
+			berr := a.brokerErr(d.msg.Nak(), d, "nak") // cut short by Stop: not the handler's error
 			a.stats.add(OutcomeNak)
+			a.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: elapsed, Err: err, BrokerErr: berr})
 			return
 		}
-		a.countError(string(code))
 		attempt := d.attempt()
 		if delay <= 0 {
 			delay = d.src.policy.retryDelay(attempt)
 		}
-		a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
+		berr := a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
 		a.stats.add(OutcomeNak)
+		a.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: elapsed, Err: err, Code: code, BrokerErr: berr})
 		if attempt >= uint64(d.src.policy.MaxDeliver) && a.answers(d) {
 			e := wire.NewError(code, "giving up after %d attempts: %v", attempt, err)
 			a.reply(d, a.failureReply(env, e, elapsed))
@@ -535,10 +545,10 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			return
 		}
 		a.handled.add(d.seq)
-		a.brokerErr(d.msg.Ack(), d, "ack")
+		berr := a.brokerErr(d.msg.Ack(), d, "ack")
 		a.stats.add(OutcomeReroute)
+		a.settled(d, SettleEvent{Outcome: OutcomeReroute, Elapsed: elapsed, Err: err, BrokerErr: berr})
 	case outcomeTerm:
-		a.countError(string(code))
 		e := &wire.Error{Code: code, Message: err.Error(), Retryable: false}
 		var ae *wire.Error
 		if errors.As(err, &ae) {
@@ -551,8 +561,10 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			a.reply(d, a.failureReply(env, e, elapsed))
 		}
 		a.handled.add(d.seq)
-		a.brokerErr(d.msg.TermWithReason(bound.Clip(string(e.Code)+": "+e.Message, maxReasonBytes)), d, "term")
+		reason := bound.Clip(string(e.Code)+": "+e.Message, maxReasonBytes)
+		berr := a.brokerErr(d.msg.TermWithReason(reason), d, "term")
 		a.stats.add(OutcomeTerm)
+		a.settled(d, SettleEvent{Outcome: OutcomeTerm, Elapsed: elapsed, Err: err, Code: code, Reason: reason, BrokerErr: berr})
 	}
 }
 
@@ -582,24 +594,32 @@ func (a *Agent) failureReply(env *wire.Envelope, e *wire.Error, elapsed time.Dur
 func (a *Agent) terminateInvalid(d *delivery, reason string) {
 	reason = bound.Clip(reason, maxReasonBytes-len(invalidPrefix))
 	a.invalidLog.record(a.opts.logger, "invalid message terminated", "agent", a.id, "subject", bound.Clip(d.msg.Subject(), 2*bound.MaxQuotedBytes), "reason", reason)
-	a.brokerErr(d.msg.TermWithReason(invalidPrefix+reason), d, "term")
+	berr := a.brokerErr(d.msg.TermWithReason(invalidPrefix+reason), d, "term")
 	a.stats.add(OutcomeInvalid)
-	a.countError("invalid")
+	a.settled(d, SettleEvent{Outcome: OutcomeInvalid, Reason: invalidPrefix + reason, BrokerErr: berr})
 }
 
 // invalidPrefix starts the TERM reason of every message terminated as not
 // a valid envelope; the ack monitor attributes those to their sender.
 const invalidPrefix = "INVALID: "
 
+// settleAck acks d, which no handler ran, for outcome o.
 func (a *Agent) settleAck(d *delivery, o Outcome) {
-	a.brokerErr(d.msg.Ack(), d, "ack")
+	berr := a.brokerErr(d.msg.Ack(), d, "ack")
 	a.stats.add(o)
+	a.settled(d, SettleEvent{Outcome: o, BrokerErr: berr})
 }
 
-func (a *Agent) brokerErr(err error, d *delivery, op string) {
-	if err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-		a.asyncError(fmt.Errorf("agentkit: %s of %s message %d: %w", op, a.id, d.seq, err))
+// brokerErr reports the failure err of a broker call op on d to the error
+// handler, and returns it, nil if it only says the message was settled
+// already.
+func (a *Agent) brokerErr(err error, d *delivery, op string) error {
+	if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		return nil
 	}
+	err = fmt.Errorf("agentkit: %s of %s message %d: %w", op, a.id, d.seq, err)
+	a.asyncError(err)
+	return err
 }
 
 // errProcessingLimit is the cause of a handler ctx the scanner ends.

@@ -132,10 +132,19 @@
 // [protocol.StatusUpdate], [protocol.ErrorReport], ...) and helpers
 // ([Agent.Handoff], [Agent.RequestHelp], [Call]).
 //
-// # Observability and security
+// # Middleware, hooks and observability
 //
-// [WithMetrics] registers Prometheus collectors on a registerer you pass;
-// spans go to the OpenTelemetry provider of [WithTracerProvider] (default
+// [WithMiddleware] wraps every handler (authorisation, logging, limits),
+// between the runtime's checks of a message and its settling. [WithHooks]
+// attaches hooks the runtime calls as events happen: a message settled
+// ([SettleHook]), an envelope published ([PublishHook]), a request
+// answered or not ([RequestHook]), a circuit changing state
+// ([BreakerHook]), an agent created or stopped. Package
+// [github.com/agentmesh-io/agentmesh/agentkit/metrics] is such a hook: it
+// exports Prometheus metrics, and agentkit itself does not import
+// Prometheus.
+//
+// Spans go to the OpenTelemetry provider of [WithTracerProvider] (default
 // the global one), with W3C trace context in NATS headers. Logs go to the
 // *slog.Logger of [WithLogger] (default: discarded) and never include
 // payloads. A publish the server's permissions refuse fails with

@@ -85,6 +85,11 @@ func Reject(code wire.ErrorCode, reason string) error {
 	return &wire.Error{Code: code, Message: reason, Retryable: false}
 }
 
+// ErrHandlerPanic matches the error of a handler (or middleware) that
+// panicked: the runtime recovered the panic, logged its stack and retries
+// the message as for any other error.
+var ErrHandlerPanic = errors.New("handler panic")
+
 type retryError struct {
 	delay time.Duration
 	code  wire.ErrorCode

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/metrics"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
@@ -23,11 +24,12 @@ func TestMetrics_SeedCollectors(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	reg := prometheus.NewRegistry()
+	exported := withMetrics(t, reg)
 	planner := m.started("planner", map[string]agentkit.HandlerFunc{
 		"plan": func(ctx context.Context, msg *agentkit.Message) error { return msg.Reply(ctx, "planned", nil) },
 		"bad":  func(context.Context, *agentkit.Message) error { return agentkit.Reject(wire.CodeInvalid, "no") },
-	}, agentkit.WithMetrics(reg), agentkit.WithHeartbeat(testHeartbeat))
-	orch := m.started("orch", nil, agentkit.WithMetrics(reg), agentkit.WithHeartbeat(testHeartbeat))
+	}, exported, agentkit.WithHeartbeat(testHeartbeat))
+	orch := m.started("orch", nil, exported, agentkit.WithHeartbeat(testHeartbeat))
 	for range 3 {
 		if _, err := orch.Request(ctx(t), "planner", "plan", nil); err != nil {
 			t.Fatal(err)
@@ -265,4 +267,14 @@ func TestLogging_StructuredWithoutPayloads(t *testing.T) {
 			t.Errorf("payload logged = %v with payload logging %v:\n%s", got, withPayload, out)
 		}
 	}
+}
+
+// withMetrics returns the option that exports an agent's metrics on reg.
+func withMetrics(t testing.TB, reg prometheus.Registerer) agentkit.Option {
+	t.Helper()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agentkit.WithHooks(m)
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -44,13 +43,13 @@ type options struct {
 	director       string
 	version        string
 	breaker        BreakerSettings
-	metrics        prometheus.Registerer
 	tracerProvider trace.TracerProvider
 	propagator     propagation.TextMapPropagator
 	logPayloads    bool
 	dedupWindow    time.Duration
 	sampleFreq     string
 	middleware     []Middleware
+	hooks          hooks
 }
 
 func defaultOptions() options {
@@ -301,21 +300,6 @@ func WithBreaker(s BreakerSettings) Option {
 			return fmt.Errorf("%w: breaker settings %+v", ErrInvalidOption, s)
 		}
 		o.breaker = s
-		return nil
-	})
-}
-
-// WithMetrics registers the agent's Prometheus collectors on reg (seed 004
-// §7.2: agent_messages_total, agent_request_duration_seconds,
-// agent_errors_total, agent_queue_size; plus agent_outcomes_total,
-// agent_breaker_state and agent_prefetch). Agents may share a registerer.
-// Default: no metrics.
-func WithMetrics(reg prometheus.Registerer) Option {
-	return optionFunc(func(o *options) error {
-		if reg == nil {
-			return fmt.Errorf("%w: nil prometheus.Registerer", ErrInvalidOption)
-		}
-		o.metrics = reg
 		return nil
 	})
 }

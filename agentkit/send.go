@@ -360,11 +360,12 @@ func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope) (
 		}, backoff.WithContext(publishBackOff(), ctx))
 	}
 	if err != nil {
-		a.countError("publish")
-		return tried.failure(fmt.Sprintf("%s %s to %s", e.MessageType, e.MessageID, subject), err, cause)
+		err = tried.failure(fmt.Sprintf("%s %s to %s", e.MessageType, e.MessageID, subject), err, cause)
+		a.published(e, err, false, false)
+		return err
 	}
 	msg.stored()
-	a.countSent(e)
+	a.published(e, nil, false, false)
 	return nil
 }
 
@@ -670,14 +671,13 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error
 	for i, err := range errs {
 		if err != nil {
 			errs[i] = tried[i].failure(fmt.Sprintf("%s %s to %s", envs[i].MessageType, envs[i].MessageID, msgs[i].Subject), err, nil)
-			a.countError("publish")
+			a.published(envs[i], errs[i], true, false)
 			failed++
 			continue
 		}
 		msgs[i].stored()
-		a.countSent(envs[i])
+		a.published(envs[i], nil, true, i < fast)
 	}
-	a.countBatched(fast, len(envs)-fast-failed)
 	if failed > 0 {
 		return &BatchError{Errs: errs}
 	}
@@ -917,11 +917,11 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*wire.Enve
 	done, trial, err := a.allow(o.ReceiverID)
 	if err != nil {
 		if err := a.fallBack(ctx, o, err); err != nil {
-			a.countError("circuit_open")
+			a.requested(RequestEvent{To: o.ReceiverID, Request: o.Envelope, Err: err, Refused: true})
 			return nil, err
 		}
 		if done, trial, err = a.allow(o.ReceiverID); err != nil {
-			a.countError("circuit_open")
+			a.requested(RequestEvent{To: o.ReceiverID, Request: o.Envelope, Err: err, Refused: true})
 			return nil, err
 		}
 	}
@@ -930,17 +930,13 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*wire.Enve
 	}
 	start := time.Now()
 	r, err = a.await(ctx, o.Envelope, accept)
+	var elapsed time.Duration
 	if err == nil {
+		elapsed = time.Since(start)
 		err = judge(r)
-		a.observeRequest(o.ReceiverID, time.Since(start))
-	}
-	switch {
-	case errors.Is(err, ErrTimeout):
-		a.countError("timeout")
-	case wire.IsRemote(err):
-		a.countError(string(CodeOf(err)))
 	}
 	done(err)
+	a.requested(RequestEvent{To: o.ReceiverID, Request: o.Envelope, Reply: r, Elapsed: elapsed, Err: err})
 	return r, err
 }
 

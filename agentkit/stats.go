@@ -3,8 +3,6 @@ package agentkit
 import (
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
@@ -42,8 +40,7 @@ const (
 )
 
 type counters struct {
-	n              [13]atomic.Uint64      // indexed like Outcomes
-	prom           [13]prometheus.Counter // the same, exported when metrics are on
+	n              [13]atomic.Uint64 // indexed like Outcomes
 	publishRetries atomic.Uint64
 	publishDups    atomic.Uint64
 	fastBatched    atomic.Uint64
@@ -54,9 +51,6 @@ func (c *counters) add(o Outcome) {
 	for i, v := range Outcomes {
 		if v == o {
 			c.n[i].Add(1)
-			if c.prom[i] != nil {
-				c.prom[i].Inc()
-			}
 			return
 		}
 	}
