@@ -217,16 +217,23 @@ func ReplayMsg(scheme subjects.Scheme, l Letter) (*nats.Msg, error) {
 	return &nats.Msg{Subject: target, Header: out, Data: l.Data}, nil
 }
 
-// Replay sends l back (see [ReplayMsg]); the PubAck's Duplicate says it
-// had already been replayed within the duplicate window.
-func Replay(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, l Letter) (*jetstream.PubAck, error) {
+// Replayed is where a replayed dead letter went.
+type Replayed struct {
+	Subject   string // the original subject it was sent to
+	Stream    string // the stream that stored it
+	Sequence  uint64 // its sequence there
+	Duplicate bool   // already replayed within the duplicate window: stored once
+}
+
+// Replay sends l back (see [ReplayMsg]).
+func Replay(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, l Letter) (Replayed, error) {
 	msg, err := ReplayMsg(scheme, l)
 	if err != nil {
-		return nil, err
+		return Replayed{}, err
 	}
 	ack, err := js.PublishMsg(ctx, msg)
 	if err != nil {
-		return nil, fmt.Errorf("dlq: replay dead letter %d: %w", l.Seq, err)
+		return Replayed{}, fmt.Errorf("dlq: replay dead letter %d: %w", l.Seq, err)
 	}
-	return ack, nil
+	return Replayed{Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }

@@ -143,12 +143,12 @@ func TestReplay(t *testing.T) {
 		}
 	}
 	for i, dup := range []bool{false, true} {
-		ack, err := dlq.Replay(ctx, js, scheme, l)
+		r, err := dlq.Replay(ctx, js, scheme, l)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ack.Duplicate != dup {
-			t.Fatalf("replay %d: duplicate %v, want %v", i+1, ack.Duplicate, dup)
+		if r.Duplicate != dup || r.Subject != want || r.Stream != scheme.Stream() {
+			t.Fatalf("replay %d: %+v, want duplicate %v to %s in %s", i+1, r, dup, want, scheme.Stream())
 		}
 	}
 }

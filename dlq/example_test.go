@@ -32,11 +32,11 @@ func Example() {
 		if l.Status() != "TIMEOUT" {
 			continue
 		}
-		ack, err := dlq.Replay(ctx, js, subjects.Default, l)
+		r, err := dlq.Replay(ctx, js, subjects.Default, l)
 		if err != nil {
 			log.Print(err)
 			continue
 		}
-		fmt.Printf("replayed %s (dead letter %d) as %d\n", l.MessageID(), l.Seq, ack.Sequence)
+		fmt.Printf("replayed %s (dead letter %d) to %s\n", l.MessageID(), l.Seq, r.Subject)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -230,11 +231,11 @@ func TestAgainstServer(t *testing.T) {
 	h.Set(agentkit.HeaderMsgID, orig.MessageID+":planner_1_high")
 	h.Set(agentkit.HeaderAction, "plan_workflow")
 	h.Set(agentkit.HeaderCorrelation, "corr_dlq")
-	h.Set(hdrDLQOriginalID, orig.MessageID)
-	h.Set(hdrDLQReason, "max_deliveries")
-	h.Set(hdrDLQStatus, "TIMEOUT")
-	h.Set(hdrDLQDeliveries, "4")
-	h.Set(hdrDLQSubject, origSubj)
+	h.Set(dlq.HeaderOriginalID, orig.MessageID)
+	h.Set(dlq.HeaderReason, "max_deliveries")
+	h.Set(dlq.HeaderStatus, "TIMEOUT")
+	h.Set(dlq.HeaderDeliveries, "4")
+	h.Set(dlq.HeaderSubject, origSubj)
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: dlqSubj, Header: h, Data: body})
 	if err != nil {
 		t.Fatal(err)
