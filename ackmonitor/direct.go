@@ -31,7 +31,11 @@ const directBuffer = 64 << 10
 const directRemembered = 256 << 10
 
 // directGrace is how long after it was last active an instance still
-// writes the events it receives on core NATS (see recentlyActive).
+// writes the events it receives on core NATS. A status check that fails
+// while the events stream changes leader makes the active instance step
+// down for a while, just when the stream misses events; an instance that
+// took over since and writes them too costs the ledger only duplicates,
+// which it ignores.
 const directGrace = 30 * time.Second
 
 // directEvents remembers the ids of the last events directIntake wrote, so
@@ -79,52 +83,43 @@ func (d *directEvents) written(id string) bool {
 // instance is active or was within directGrace, writes them in batches of
 // up to BatchSize, waiting at most FetchWait for a batch to fill. A failed
 // write is left to the events stream.
-func (m *Monitor) directIntake(ctx context.Context) {
+func (in *intake) directIntake(ctx context.Context) {
 	ch := make(chan *nats.Msg, directBuffer)
-	for _, subject := range m.cfg.Scheme.EventFilters() {
-		sub, err := m.nc.ChanSubscribe(subject, ch)
+	for _, subject := range in.cfg.Scheme.EventFilters() {
+		sub, err := in.nc.ChanSubscribe(subject, ch)
 		if err != nil {
-			m.cfg.Logger.Warn("consumer events on core NATS: the events stream alone records them", "subject", subject, "err", err)
+			in.cfg.Logger.Warn("consumer events on core NATS: the events stream alone records them", "subject", subject, "err", err)
 			continue
 		}
 		defer sub.Unsubscribe()
 	}
 	for {
-		msgs := m.collect(ctx, ch)
+		msgs := in.collect(ctx, ch)
 		if ctx.Err() != nil {
 			return
 		}
-		if !m.recentlyActive() {
+		if !in.lease.activeWithin(directGrace) {
 			continue // the active instance records them; the stream has them for a takeover
 		}
 		var b store.Batch
 		for _, msg := range msgs {
-			if e, ok := m.parseAdvisory(msg.Subject, msg.Data); ok && e.ID != "" && !m.direct.written(e.ID) {
+			if e, ok := in.parseAdvisory(msg.Subject, msg.Data); ok && e.ID != "" && !in.direct.written(e.ID) {
 				b.Events = append(b.Events, e)
 			}
 		}
-		applied, err := m.apply(ctx, b)
+		applied, err := in.apply(ctx, b)
 		if err != nil {
-			m.cfg.Logger.Warn("consumer events from core NATS not written; the events stream has them", "n", len(b.Events), "err", err)
+			in.cfg.Logger.Warn("consumer events from core NATS not written; the events stream has them", "n", len(b.Events), "err", err)
 			continue
 		}
-		m.direct.add(b.Events)
-		m.recorded(applied)
+		in.direct.add(b.Events)
+		in.recorded(applied)
 	}
-}
-
-// recentlyActive reports whether this instance is active or was within
-// directGrace. A status check that fails while the events stream changes
-// leader makes the active instance step down for a while, just when the
-// stream misses events; an instance that took over since and writes them
-// too costs the ledger only duplicates, which it ignores.
-func (m *Monitor) recentlyActive() bool {
-	return m.Active() || time.Since(time.Unix(0, m.activeAt.Load())) < directGrace
 }
 
 // collect waits for a first message on ch, then takes more until it holds
 // BatchSize or FetchWait has passed. It returns nil once ctx is done.
-func (m *Monitor) collect(ctx context.Context, ch <-chan *nats.Msg) []*nats.Msg {
+func (in *intake) collect(ctx context.Context, ch <-chan *nats.Msg) []*nats.Msg {
 	var msgs []*nats.Msg
 	select {
 	case <-ctx.Done():
@@ -132,9 +127,9 @@ func (m *Monitor) collect(ctx context.Context, ch <-chan *nats.Msg) []*nats.Msg 
 	case msg := <-ch:
 		msgs = append(msgs, msg)
 	}
-	t := time.NewTimer(m.cfg.FetchWait)
+	t := time.NewTimer(in.cfg.FetchWait)
 	defer t.Stop()
-	for len(msgs) < m.cfg.BatchSize {
+	for len(msgs) < in.cfg.BatchSize {
 		select {
 		case <-ctx.Done():
 			return nil

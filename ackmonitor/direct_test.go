@@ -82,8 +82,8 @@ func TestEventsBatch_SkipsWrittenEvents(t *testing.T) {
 	for msg := range batch.Messages() {
 		msgs = append(msgs, msg)
 	}
-	m.direct.add([]store.Event{{ID: "written"}})
-	b := m.eventsBatch(msgs)
+	m.intake.direct.add([]store.Event{{ID: "written"}})
+	b := m.intake.eventsBatch(msgs)
 	if len(b.Events) != 1 || b.Events[0].ID != "new" || !slices.Equal(b.kinds, []string{"ACK", "ACK"}) || !b.newest.Equal(at.Add(time.Second)) {
 		t.Errorf("batch events %+v, kinds %v, newest %v; want only %q, two ACKs, the written one's %v", b.Events, b.kinds, b.newest, "new", at.Add(time.Second))
 	}

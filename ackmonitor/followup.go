@@ -19,33 +19,81 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// followUpLoop dead-letters and escalates final TIMEOUT, NACK and INVALID
-// rows. It runs only while this instance is active; rows stay pending in
-// the store until done, so a restart or a failover resumes where it
-// stopped.
+// followUps dead-letters and escalates final TIMEOUT, NACK and INVALID
+// rows (run), and gives up on those that keep failing (failed).
+type followUps struct {
+	cfg     *Config
+	nc      *nats.Conn
+	js      jetstream.JetStream // the registry's unavailable marks
+	dlq     jetstream.JetStream // stores dead-letter copies (batch)
+	sender  *agentkit.Agent     // sends escalations
+	metrics *metrics
+	lease   *lease
+	kick    chan struct{} // wakes run
+
+	// startAt (UnixNano) holds follow-ups back after a takeover; see run.
+	startAt atomic.Int64
+	// eventsThrough (UnixNano) is when the events intake sent the pull
+	// of its last batch written in full: every event delivered to this
+	// instance before then is in the ledger.
+	eventsThrough atomic.Int64
+}
+
+// wake wakes run: a row may be due.
+func (f *followUps) wake() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startFrom holds follow-ups back, after a takeover, until from and until
+// the events intake has written the events delivered before from.
+func (f *followUps) startFrom(from time.Time) {
+	f.startAt.Store(from.UnixNano())
+	f.wake()
+}
+
+// eventsWritten records that every event delivered to this instance
+// before pulled (UnixNano, when the events intake sent a pull) is in the
+// ledger. run waits for this after a takeover: it is woken, not left to
+// its next tick.
+func (f *followUps) eventsWritten(pulled int64) {
+	if at := f.startAt.Load(); f.eventsThrough.Swap(pulled) < at && pulled >= at {
+		f.wake()
+	}
+}
+
+// stop stops the escalations' sender; run has returned.
+func (f *followUps) stop() { f.sender.Stop() }
+
+// run dead-letters and escalates final TIMEOUT, NACK and INVALID rows,
+// reading the originals from mesh. It acts only while this instance is
+// active; rows stay pending in the store until done, so a restart or a
+// failover resumes where it stopped.
 //
 // After a takeover or a restart with events still held by the previous
 // pin holder (fetched and never acked: it died, or its pull request was
 // still open on the server when it did), it starts only AckWait later,
 // when the server has redelivered those events, and once the events
 // intake has written them: it waits for a batch whose pull went out after
-// that time. A row followed up before would be escalated with part of its
-// history, e.g. a NAK counted as a timeout.
-func (m *Monitor) followUpLoop(ctx context.Context) {
-	t := time.NewTicker(max(m.cfg.EvaluateInterval, time.Second))
+// that time (startFrom, eventsWritten). A row followed up before would be
+// escalated with part of its history, e.g. a NAK counted as a timeout.
+func (f *followUps) run(ctx context.Context, mesh jetstream.Stream) {
+	t := time.NewTicker(max(f.cfg.EvaluateInterval, time.Second))
 	defer t.Stop()
 	retries := map[store.Key]followUpRetry{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.kick:
+		case <-f.kick:
 		case <-t.C:
 		}
-		if !m.Active() || m.eventsThrough.Load() < m.followUpAt.Load() {
+		if !f.lease.Active() || f.eventsThrough.Load() < f.startAt.Load() {
 			continue
 		}
-		m.followUpPass(ctx, retries)
+		f.pass(ctx, mesh, retries)
 	}
 }
 
@@ -59,7 +107,7 @@ type followUpRetry struct {
 const maxFollowUpWait = time.Minute
 
 // followUpPage is how many rows a pass reads from the store at a time and
-// follows up together (followUpBatch). Following rows up one at a time,
+// follows up together (batch). Following rows up one at a time,
 // each waiting for its own requests and ledger writes, could not keep
 // pace with a receiver that terminates a burst, least of all on a
 // cluster, where each request waits for the stream's replicas.
@@ -69,19 +117,19 @@ const followUpPage = 256
 // it reads originals and sends escalations.
 const followUpWorkers = 32
 
-// followUpPass follows up every row due, in key order, a page at a time,
+// pass follows up every row due, in key order, a page at a time,
 // skipping rows whose last try failed until their retry time: rows that
 // keep failing (a sender without a director, an original gone) do not
-// hold up the rows behind them. retries is the follow-up loop's own; rows
-// no longer due leave it.
-func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]followUpRetry) {
+// hold up the rows behind them. retries is run's own; rows no longer due
+// leave it.
+func (f *followUps) pass(ctx context.Context, mesh jetstream.Stream, retries map[store.Key]followUpRetry) {
 	seen := make(map[store.Key]bool, len(retries))
 	after := store.Key{}
 	for ctx.Err() == nil {
-		recs, err := m.cfg.Store.PendingFollowUps(ctx, after, followUpPage)
+		recs, err := f.cfg.Store.PendingFollowUps(ctx, after, followUpPage)
 		if err != nil {
 			if ctx.Err() == nil {
-				m.cfg.Logger.Warn("pending follow-ups", "err", err)
+				f.cfg.Logger.Warn("pending follow-ups", "err", err)
 			}
 			return // retries kept as they are
 		}
@@ -95,11 +143,11 @@ func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]follow
 			}
 			due = append(due, r)
 		}
-		tasks := m.followUpBatch(ctx, due)
+		tasks := f.batch(ctx, mesh, due)
 		if ctx.Err() != nil {
 			return
 		}
-		m.failed(ctx, tasks, retries)
+		f.failed(ctx, tasks, retries)
 		if len(recs) < followUpPage {
 			break
 		}
@@ -116,7 +164,7 @@ func (m *Monitor) followUpPass(ctx context.Context, retries map[store.Key]follow
 // tries, is given up; the others are tried again later (retries). When
 // the ledger does not take the record, the tries go uncounted and a row
 // to give up is tried again like the others.
-func (m *Monitor) failed(ctx context.Context, tasks []*followUpTask, retries map[store.Key]followUpRetry) {
+func (f *followUps) failed(ctx context.Context, tasks []*followUpTask, retries map[store.Key]followUpRetry) {
 	now := time.Now()
 	var fs []store.FollowUpFailure
 	var failed []*followUpTask
@@ -125,35 +173,35 @@ func (m *Monitor) failed(ctx context.Context, tasks []*followUpTask, retries map
 			delete(retries, t.r.Key())
 			continue
 		}
-		m.metrics.followUpErr.Inc()
+		f.metrics.followUpErr.Inc()
 		fs = append(fs, store.FollowUpFailure{Key: t.r.Key(), Reason: clip(t.err.Error(), maxHeaderValue), At: now.UTC(),
-			GiveUp: permanent(t.err) || t.r.FollowUpAttempts+1 >= m.cfg.FollowUpAttempts})
+			GiveUp: permanent(t.err) || t.r.FollowUpAttempts+1 >= f.cfg.FollowUpAttempts})
 		failed = append(failed, t)
 	}
 	if len(fs) == 0 {
 		return
 	}
 	wctx, cancel := detached(ctx)
-	err := m.cfg.Store.FailFollowUps(wctx, fs)
+	err := f.cfg.Store.FailFollowUps(wctx, fs)
 	cancel()
 	recorded := err == nil || errors.Is(err, store.ErrNotFound)
 	if !recorded {
-		m.cfg.Logger.Warn("recording failed follow-ups", "n", len(fs), "err", err)
+		f.cfg.Logger.Warn("recording failed follow-ups", "n", len(fs), "err", err)
 	}
 	for i, t := range failed {
 		k, attempts := t.r.Key(), t.r.FollowUpAttempts+1
 		if fs[i].GiveUp && recorded {
 			delete(retries, k)
-			m.metrics.givenUp.WithLabelValues(t.r.Receiver, t.r.Priority).Inc()
-			m.countInvalid(t)
-			m.cfg.Logger.Error("follow-up given up", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer, "attempts", attempts,
+			f.metrics.givenUp.WithLabelValues(t.r.Receiver, t.r.Priority).Inc()
+			f.countInvalid(t)
+			f.cfg.Logger.Error("follow-up given up", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer, "attempts", attempts,
 				"dead_lettered", t.done.DLQSeq != 0, "err", t.err)
 			continue
 		}
 		retry := retries[k]
-		retry.wait = min(max(2*retry.wait, m.cfg.EvaluateInterval, time.Second), maxFollowUpWait)
+		retry.wait = min(max(2*retry.wait, f.cfg.EvaluateInterval, time.Second), maxFollowUpWait)
 		retries[k] = followUpRetry{at: now.Add(retry.wait), wait: retry.wait}
-		m.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer,
+		f.cfg.Logger.Warn("follow-up failed; will retry", "stream_seq", t.r.StreamSeq, "consumer", t.r.Consumer,
 			"attempts", attempts, "in", retry.wait, "err", t.err)
 	}
 }
@@ -184,8 +232,8 @@ func followedUp(status string) bool {
 // stream and sequence and the consumer. The message id would not do: the
 // sender sets it, or leaves it out, and copies of different messages
 // under one id were dropped as duplicates.
-func (m *Monitor) deadLetterID(r store.Record) string {
-	return m.cfg.Scheme.Stream() + ":" + strconv.FormatUint(r.StreamSeq, 10) + ":" + r.Consumer
+func (f *followUps) deadLetterID(r store.Record) string {
+	return f.cfg.Scheme.Stream() + ":" + strconv.FormatUint(r.StreamSeq, 10) + ":" + r.Consumer
 }
 
 // escalationID is the deterministic message id of the escalation of one
@@ -230,14 +278,15 @@ func (t *followUpTask) fail(err error) {
 	}
 }
 
-// followUpBatch follows up rows together, each step for every row of the
+// batch follows up rows together, each step for every row of the
 // batch at once: read the originals (concurrently), store the copies
 // (published without waiting for each other's acks), mark the receivers
 // of exhausted messages, record the copies of rows to escalate (one
 // ledger write), escalate (concurrently), then complete every row done
 // (one ledger write). A row that fails a step goes no further and keeps
 // its error; the others go on.
-func (m *Monitor) followUpBatch(ctx context.Context, rows []store.Record) []*followUpTask {
+// The originals are read from mesh.
+func (f *followUps) batch(ctx context.Context, mesh jetstream.Stream, rows []store.Record) []*followUpTask {
 	tasks := make([]*followUpTask, len(rows))
 	for i, r := range rows {
 		tasks[i] = &followUpTask{r: r, done: store.FollowUp{Key: r.Key(), DLQSeq: r.DLQSeq}}
@@ -249,7 +298,7 @@ func (m *Monitor) followUpBatch(ctx context.Context, rows []store.Record) []*fol
 		t := tasks[i]
 		rctx, cancel := context.WithTimeout(ctx, copyTimeout)
 		defer cancel()
-		orig, err := m.mesh.GetMsg(rctx, t.r.StreamSeq)
+		orig, err := mesh.GetMsg(rctx, t.r.StreamSeq)
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			t.fail(fmt.Errorf("ackmonitor: read original %d: %w", t.r.StreamSeq, err))
 			return
@@ -258,11 +307,11 @@ func (m *Monitor) followUpBatch(ctx context.Context, rows []store.Record) []*fol
 	})
 	for _, t := range tasks {
 		if t.err == nil {
-			m.prepare(t)
+			f.prepare(t)
 		}
 	}
-	m.storeCopies(ctx, tasks)
-	m.markExhausted(ctx, tasks)
+	f.storeCopies(ctx, tasks)
+	f.markExhausted(ctx, tasks)
 	now := time.Now().UTC()
 	var copied []store.DeadLetter
 	for _, t := range tasks {
@@ -273,10 +322,10 @@ func (m *Monitor) followUpBatch(ctx context.Context, rows []store.Record) []*fol
 	// A retry reads the copies recorded here: the DLQ stream deduplicates
 	// only within its window, and the receivers' marks would overrule
 	// their ACKs since.
-	m.record(ctx, tasks, func(t *followUpTask) bool { return t.escalate && t.copy != nil }, func(c context.Context) error {
-		return m.cfg.Store.RecordDeadLetters(c, copied)
+	f.record(ctx, tasks, func(t *followUpTask) bool { return t.escalate && t.copy != nil }, func(c context.Context) error {
+		return f.cfg.Store.RecordDeadLetters(c, copied)
 	})
-	m.escalateAll(ctx, tasks, now)
+	f.escalateAll(ctx, tasks, now)
 	var done []store.FollowUp
 	for _, t := range tasks {
 		if t.err == nil {
@@ -285,12 +334,12 @@ func (m *Monitor) followUpBatch(ctx context.Context, rows []store.Record) []*fol
 		}
 	}
 	// Recorded even when Run is stopping: the escalations have gone out.
-	m.record(ctx, tasks, func(*followUpTask) bool { return true }, func(c context.Context) error {
-		return m.cfg.Store.CompleteFollowUps(c, done)
+	f.record(ctx, tasks, func(*followUpTask) bool { return true }, func(c context.Context) error {
+		return f.cfg.Store.CompleteFollowUps(c, done)
 	})
 	for _, t := range tasks {
 		if t.err == nil {
-			m.countInvalid(t)
+			f.countInvalid(t)
 		}
 	}
 	return tasks
@@ -300,9 +349,9 @@ func (m *Monitor) followUpBatch(ctx context.Context, rows []store.Record) []*fol
 // its receiver terminated it as invalid input; t's follow-up is over.
 // Its sender is the subject's, as prepare read it from the original, else
 // the one the ledger recorded with the send.
-func (m *Monitor) countInvalid(t *followUpTask) {
+func (f *followUps) countInvalid(t *followUpTask) {
 	if t.r.Status == store.StatusInvalid {
-		m.metrics.invalid.WithLabelValues(first(t.esc.Sender, t.r.Sender, UnknownSender), t.r.Priority).Inc()
+		f.metrics.invalid.WithLabelValues(first(t.esc.Sender, t.r.Sender, UnknownSender), t.r.Priority).Inc()
 	}
 }
 
@@ -310,7 +359,7 @@ func (m *Monitor) countInvalid(t *followUpTask) {
 // which of reports true, on a context Run's stopping does not cut short;
 // when it fails, those tasks fail. A row the ledger no longer has is not
 // followed up again either way.
-func (m *Monitor) record(ctx context.Context, tasks []*followUpTask, of func(*followUpTask) bool, write func(context.Context) error) {
+func (f *followUps) record(ctx context.Context, tasks []*followUpTask, of func(*followUpTask) bool, write func(context.Context) error) {
 	n := 0
 	for _, t := range tasks {
 		if t.err == nil && of(t) {
@@ -324,7 +373,7 @@ func (m *Monitor) record(ctx context.Context, tasks []*followUpTask, of func(*fo
 	defer cancel()
 	err := write(wctx)
 	if errors.Is(err, store.ErrNotFound) {
-		m.cfg.Logger.Warn("follow-ups of rows the ledger no longer has", "err", err)
+		f.cfg.Logger.Warn("follow-ups of rows the ledger no longer has", "err", err)
 		return
 	}
 	if err != nil {
@@ -339,7 +388,7 @@ func (m *Monitor) record(ctx context.Context, tasks []*followUpTask, of func(*fo
 
 // prepare builds t's escalation payload and, unless the row records its
 // copy already, the dead-letter copy.
-func (m *Monitor) prepare(t *followUpTask) {
+func (f *followUps) prepare(t *followUpTask) {
 	r, orig := t.r, t.orig
 	esc := Escalation{Reason: "max_deliveries", MessageID: r.MessageID, Sender: r.Sender, Receiver: r.Receiver,
 		Consumer: r.Consumer, Priority: r.Priority, StreamSeq: r.StreamSeq, Attempts: r.Deliveries, Naks: r.Naks,
@@ -363,7 +412,7 @@ func (m *Monitor) prepare(t *followUpTask) {
 	if orig != nil {
 		origHeader, body = orig.Header, orig.Data
 		esc.Subject = orig.Subject
-		if sub, err := m.parseSubject(orig.Subject); err == nil {
+		if sub, err := parseSubject(f.cfg.Scheme, orig.Subject); err == nil {
 			esc.Sender = sub.Sender
 		}
 		h := orig.Header
@@ -379,8 +428,8 @@ func (m *Monitor) prepare(t *followUpTask) {
 		}
 	}
 	// Peers wrote these: the escalation carries them bounded.
-	for _, f := range []*string{&esc.MessageID, &esc.CorrelationID, &esc.WorkflowID, &esc.InReplyTo, &esc.Subject} {
-		*f = clip(*f, maxHeaderValue)
+	for _, p := range []*string{&esc.MessageID, &esc.CorrelationID, &esc.WorkflowID, &esc.InReplyTo, &esc.Subject} {
+		*p = clip(*p, maxHeaderValue)
 	}
 	for i := range esc.Reasons {
 		esc.Reasons[i] = clip(esc.Reasons[i], maxHeaderValue)
@@ -389,15 +438,15 @@ func (m *Monitor) prepare(t *followUpTask) {
 		t.fail(fmt.Errorf("ackmonitor: %d/%s: sender unknown (original gone and send not recorded yet)", r.StreamSeq, r.Consumer))
 		return
 	}
-	dlqSubject, err := m.cfg.Scheme.DLQ(r.Receiver, r.Priority, esc.Sender)
+	dlqSubject, err := f.cfg.Scheme.DLQ(r.Receiver, r.Priority, esc.Sender)
 	if err != nil {
 		t.fail(fmt.Errorf("ackmonitor: dead-letter subject: %w", err))
 		return
 	}
 	esc.DLQSubject, esc.DLQSeq = dlqSubject, r.DLQSeq
 	t.esc = esc
-	t.escalate = (r.Status == store.StatusTimeout || r.Status == store.StatusNACK && m.cfg.EscalateTerminated) &&
-		esc.Sender != m.cfg.MonitorID // an escalation that failed is not escalated again
+	t.escalate = (r.Status == store.StatusTimeout || r.Status == store.StatusNACK && f.cfg.EscalateTerminated) &&
+		esc.Sender != f.cfg.MonitorID // an escalation that failed is not escalated again
 	if r.DLQSeq != 0 {
 		return // a retry skips what an earlier try recorded
 	}
@@ -406,7 +455,7 @@ func (m *Monitor) prepare(t *followUpTask) {
 		reason = "terminated: " + r.NackReason
 	}
 	ours := nats.Header{}
-	ours.Set(jetstream.MsgIDHeader, m.deadLetterID(r))
+	ours.Set(jetstream.MsgIDHeader, f.deadLetterID(r))
 	ours.Set(HeaderDLQOriginalID, esc.MessageID)
 	ours.Set(HeaderDLQReason, reason)
 	ours.Set(HeaderDLQStatus, r.Status)
@@ -414,7 +463,7 @@ func (m *Monitor) prepare(t *followUpTask) {
 	ours.Set(HeaderDLQConsumer, r.Consumer)
 	ours.Set(HeaderDLQStreamSeq, strconv.FormatUint(r.StreamSeq, 10))
 	ours.Set(HeaderDLQSubject, esc.Subject)
-	t.copy = deadLetterMsg(dlqSubject, origHeader, body, ours, m.nc.MaxPayload())
+	t.copy = deadLetterMsg(dlqSubject, origHeader, body, ours, f.nc.MaxPayload())
 }
 
 // storeCopies publishes the batch's copies without waiting for each
@@ -422,7 +471,7 @@ func (m *Monitor) prepare(t *followUpTask) {
 // round of its replicas rather than one round each. Each publish times
 // out by itself after copyTimeout (the DLQ context's option); the wait
 // here is bounded too, in case an ack's timer is lost.
-func (m *Monitor) storeCopies(ctx context.Context, tasks []*followUpTask) {
+func (f *followUps) storeCopies(ctx context.Context, tasks []*followUpTask) {
 	type inFlight struct {
 		t   *followUpTask
 		ack jetstream.PubAckFuture
@@ -432,7 +481,7 @@ func (m *Monitor) storeCopies(ctx context.Context, tasks []*followUpTask) {
 		if t.err != nil || t.copy == nil {
 			continue
 		}
-		ack, err := m.dlq.PublishMsgAsync(t.copy)
+		ack, err := f.dlq.PublishMsgAsync(t.copy)
 		if err != nil {
 			t.fail(fmt.Errorf("ackmonitor: dead-letter %d/%s: %w", t.r.StreamSeq, t.r.Consumer, err))
 			continue
@@ -447,7 +496,7 @@ func (m *Monitor) storeCopies(ctx context.Context, tasks []*followUpTask) {
 		case ack := <-p.ack.Ok():
 			p.t.done.DLQSeq, p.t.esc.DLQSeq = ack.Sequence, ack.Sequence
 			if !ack.Duplicate {
-				m.metrics.deadLetters.WithLabelValues(r.Receiver, r.Priority).Inc()
+				f.metrics.deadLetters.WithLabelValues(r.Receiver, r.Priority).Inc()
 			}
 		case err := <-p.ack.Err():
 			p.t.fail(fmt.Errorf("ackmonitor: dead-letter %d/%s: %w", r.StreamSeq, r.Consumer, err))
@@ -462,7 +511,7 @@ func (m *Monitor) storeCopies(ctx context.Context, tasks []*followUpTask) {
 // (once per receiver; a failure fails its rows, whose copies are
 // deduplicated when they are tried again) and, best effort, in the
 // registry.
-func (m *Monitor) markExhausted(ctx context.Context, tasks []*followUpTask) {
+func (f *followUps) markExhausted(ctx context.Context, tasks []*followUpTask) {
 	why := map[string]string{}
 	var receivers []string
 	for _, t := range tasks {
@@ -476,7 +525,7 @@ func (m *Monitor) markExhausted(ctx context.Context, tasks []*followUpTask) {
 	}
 	for _, agent := range receivers {
 		wctx, cancel := detached(ctx)
-		err := m.cfg.Store.MarkUnavailable(wctx, agent, why[agent], time.Now().UTC())
+		err := f.cfg.Store.MarkUnavailable(wctx, agent, why[agent], time.Now().UTC())
 		cancel()
 		if err != nil {
 			for _, t := range tasks {
@@ -486,12 +535,12 @@ func (m *Monitor) markExhausted(ctx context.Context, tasks []*followUpTask) {
 			}
 			continue
 		}
-		if m.cfg.UnavailableFor > 0 {
+		if f.cfg.UnavailableFor > 0 {
 			// Best effort: the store's mark is the monitor's record; a mesh
 			// without a registry has nobody to tell.
 			rctx, cancel := context.WithTimeout(ctx, copyTimeout)
-			if err := agentkit.MarkUnavailable(rctx, m.js, m.cfg.Scheme, agent, m.cfg.MonitorID, why[agent], m.cfg.UnavailableFor); err != nil {
-				m.cfg.Logger.Warn("registry unavailable mark failed", "agent", agent, "err", err)
+			if err := agentkit.MarkUnavailable(rctx, f.js, f.cfg.Scheme, agent, f.cfg.MonitorID, why[agent], f.cfg.UnavailableFor); err != nil {
+				f.cfg.Logger.Warn("registry unavailable mark failed", "agent", agent, "err", err)
 			}
 			cancel()
 		}
@@ -500,7 +549,7 @@ func (m *Monitor) markExhausted(ctx context.Context, tasks []*followUpTask) {
 
 // escalateAll sends the escalations of the batch's rows to escalate,
 // each sender's director looked up once, the sends concurrent.
-func (m *Monitor) escalateAll(ctx context.Context, tasks []*followUpTask, now time.Time) {
+func (f *followUps) escalateAll(ctx context.Context, tasks []*followUpTask, now time.Time) {
 	var todo []*followUpTask
 	for _, t := range tasks {
 		if t.err == nil && t.escalate {
@@ -520,7 +569,7 @@ func (m *Monitor) escalateAll(ctx context.Context, tasks []*followUpTask, now ti
 	for _, t := range todo {
 		l, ok := directors[t.esc.Sender]
 		if !ok {
-			l.director, l.err = m.cfg.Directors.Director(ctx, t.esc.Sender)
+			l.director, l.err = f.cfg.Directors.Director(ctx, t.esc.Sender)
 			directors[t.esc.Sender] = l
 		}
 		if l.err != nil {
@@ -538,7 +587,7 @@ func (m *Monitor) escalateAll(ctx context.Context, tasks []*followUpTask, now ti
 			t.fail(fmt.Errorf("ackmonitor: escalation payload (%w): %w", errPermanent, err))
 			return
 		}
-		env := agentkit.NewEnvelope(agentkit.TypeNotification, m.cfg.MonitorID, ActionEscalation)
+		env := agentkit.NewEnvelope(agentkit.TypeNotification, f.cfg.MonitorID, ActionEscalation)
 		env.MessageID = escalationID(t.r)
 		env.ReceiverID = director
 		env.Priority = agentkit.PriorityHigh
@@ -547,13 +596,13 @@ func (m *Monitor) escalateAll(ctx context.Context, tasks []*followUpTask, now ti
 		}
 		env.WorkflowID = envelopeID(t.esc.WorkflowID)
 		env.Payload = payload
-		if err := m.sender.SendEnvelope(ctx, env); err != nil {
+		if err := f.sender.SendEnvelope(ctx, env); err != nil {
 			t.fail(fmt.Errorf("ackmonitor: escalate %d/%s to %s: %w", t.r.StreamSeq, t.r.Consumer, director, err))
 			return
 		}
 		t.done.Director, t.done.EscalationID, t.done.EscalatedAt = director, env.MessageID, now
-		m.metrics.escalations.WithLabelValues(t.r.Receiver, t.r.Priority).Inc()
-		m.cfg.Logger.Info("escalated", "message_id", t.esc.MessageID, "receiver", t.r.Receiver, "sender", t.esc.Sender,
+		f.metrics.escalations.WithLabelValues(t.r.Receiver, t.r.Priority).Inc()
+		f.cfg.Logger.Info("escalated", "message_id", t.esc.MessageID, "receiver", t.r.Receiver, "sender", t.esc.Sender,
 			"director", director, "attempts", t.r.Deliveries)
 	})
 }

@@ -211,8 +211,8 @@ func (m *Monitor) Summary(ctx context.Context) (Summary, error) {
 	}
 	var win, total store.Rate
 	s := Summary{Monitor: m.cfg.MonitorID, Active: m.Active(), WindowSeconds: m.cfg.Window.Seconds(),
-		GeneratedAt: time.Now().UTC(), ActiveAlerts: len(alerts), EventsProcessed: m.applied.Load(),
-		LagSeconds: time.Duration(m.lastLag.Load()).Seconds()}
+		GeneratedAt: time.Now().UTC(), ActiveAlerts: len(alerts), EventsProcessed: m.intake.processed(),
+		LagSeconds: m.intake.lag().Seconds()}
 	for _, a := range agents {
 		win, total = win.Merge(a.Window.Rate), total.Merge(a.Total.Rate)
 		if !a.UnavailableSince.IsZero() {

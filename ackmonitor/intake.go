@@ -7,14 +7,46 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
+
+// intake writes the mesh's sends and consumer events to the ledger: it
+// pulls the sends and events consumers (pull), writes the events received
+// on core NATS (directIntake), and keeps the count of messages the ledger
+// refuses (writeEach). It renews the lease with the events pulls served as
+// the pin holder's, and tells the follow-ups of rows to follow up and of
+// how far the events are written.
+type intake struct {
+	cfg       *Config
+	nc        *nats.Conn
+	metrics   *metrics
+	lease     *lease
+	followUps *followUps
+	direct    *directEvents // events directIntake wrote
+
+	eventsHeld atomic.Int64  // events this instance fetched and has not yet acked
+	applied    atomic.Uint64 // stream messages committed to the ledger
+	lastLag    atomic.Int64  // ns
+}
+
+// held is the number of events this instance fetched and has not yet
+// acked.
+func (in *intake) held() int64 { return in.eventsHeld.Load() }
+
+// processed is the number of stream messages committed to the ledger.
+func (in *intake) processed() uint64 { return in.applied.Load() }
+
+// lag is how old the newest event or send of the last batch written was
+// when it was written.
+func (in *intake) lag() time.Duration { return time.Duration(in.lastLag.Load()) }
 
 // advisory is the JSON of an ack metric or a NAK, TERM or MAX_DELIVERIES
 // advisory, as nats-server publishes them; nats.go has no types for them.
@@ -38,8 +70,8 @@ var eventKinds = map[subjects.EventKind]store.EventKind{
 
 // parseEvent turns a MESH_EVENTS message into a ledger event; ok is false
 // for messages the ledger ignores.
-func (m *Monitor) parseEvent(msg jetstream.Msg) (store.Event, bool) {
-	e, ok := m.parseAdvisory(msg.Subject(), msg.Data())
+func (in *intake) parseEvent(msg jetstream.Msg) (store.Event, bool) {
+	e, ok := in.parseAdvisory(msg.Subject(), msg.Data())
 	if ok && e.ID == "" {
 		// The events stream sequence identifies the event as well.
 		if md, err := msg.Metadata(); err == nil {
@@ -52,17 +84,17 @@ func (m *Monitor) parseEvent(msg jetstream.Msg) (store.Event, bool) {
 // parseAdvisory turns a consumer event published on subject into a ledger
 // event; ok is false for events the ledger ignores. The event's id is the
 // advisory's, if it has one.
-func (m *Monitor) parseAdvisory(subject string, data []byte) (store.Event, bool) {
+func (in *intake) parseAdvisory(subject string, data []byte) (store.Event, bool) {
 	ev, err := subjects.ParseEvent(subject)
-	if err != nil || ev.Stream != m.cfg.Scheme.Stream() {
+	if err != nil || ev.Stream != in.cfg.Scheme.Stream() {
 		return store.Event{}, false
 	}
 	var a advisory
 	if err := json.Unmarshal(data, &a); err != nil {
-		m.cfg.Logger.Warn("undecodable consumer event", "subject", subject, "err", err)
+		in.cfg.Logger.Warn("undecodable consumer event", "subject", subject, "err", err)
 		return store.Event{}, false
 	}
-	agent, prio, err := m.cfg.Scheme.ParseConsumer(ev.Consumer)
+	agent, prio, err := in.cfg.Scheme.ParseConsumer(ev.Consumer)
 	if err != nil {
 		return store.Event{}, false // not an agent consumer (e.g. the monitor's own)
 	}
@@ -79,18 +111,18 @@ func (m *Monitor) parseAdvisory(subject string, data []byte) (store.Event, bool)
 // no agentkit agent should be called this.
 const UnknownSender = "_unknown"
 
-// parseSubject parses a message subject as package subjects does, except
+// parseSubject parses a message subject as scheme does, except
 // that one whose sender token (the last) alone is invalid parses with
 // UnknownSender instead: the sender is what the subject says, never a
 // header or envelope field the sender writes freely, and a bounded,
 // valid token.
-func (m *Monitor) parseSubject(subject string) (subjects.Subject, error) {
-	sub, err := m.cfg.Scheme.Parse(subject)
+func parseSubject(scheme subjects.Scheme, subject string) (subjects.Subject, error) {
+	sub, err := scheme.Parse(subject)
 	if err == nil {
 		return sub, nil
 	}
 	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
-		alt, altErr := m.cfg.Scheme.Parse(subject[:i+1] + UnknownSender)
+		alt, altErr := scheme.Parse(subject[:i+1] + UnknownSender)
 		if altErr == nil && (alt.Kind == subjects.KindDirect || alt.Kind == subjects.KindTopic || alt.Kind == subjects.KindBroadcast) {
 			return alt, nil
 		}
@@ -99,12 +131,12 @@ func (m *Monitor) parseSubject(subject string) (subjects.Subject, error) {
 }
 
 // parseSend turns a headers-only MESH message into a send record.
-func (m *Monitor) parseSend(msg jetstream.Msg) (store.Send, bool) {
+func (in *intake) parseSend(msg jetstream.Msg) (store.Send, bool) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return store.Send{}, false
 	}
-	sub, err := m.parseSubject(msg.Subject())
+	sub, err := parseSubject(in.cfg.Scheme, msg.Subject())
 	if err != nil {
 		return store.Send{}, false
 	}
@@ -132,15 +164,15 @@ type intakeBatch struct {
 	newest time.Time
 }
 
-func (m *Monitor) eventsBatch(msgs []jetstream.Msg) intakeBatch {
+func (in *intake) eventsBatch(msgs []jetstream.Msg) intakeBatch {
 	b := intakeBatch{kinds: make([]string, len(msgs))}
 	for i, msg := range msgs {
-		e, ok := m.parseEvent(msg)
+		e, ok := in.parseEvent(msg)
 		if !ok {
 			b.kinds[i] = "ignored"
 			continue
 		}
-		if !m.direct.written(e.ID) {
+		if !in.direct.written(e.ID) {
 			b.Events = append(b.Events, e)
 		}
 		b.kinds[i], b.newest = string(e.Kind), maxTime(b.newest, e.At)
@@ -148,10 +180,10 @@ func (m *Monitor) eventsBatch(msgs []jetstream.Msg) intakeBatch {
 	return b
 }
 
-func (m *Monitor) sendsBatch(msgs []jetstream.Msg) intakeBatch {
+func (in *intake) sendsBatch(msgs []jetstream.Msg) intakeBatch {
 	b := intakeBatch{kinds: make([]string, len(msgs))}
 	for i, msg := range msgs {
-		s, ok := m.parseSend(msg)
+		s, ok := in.parseSend(msg)
 		if !ok {
 			b.kinds[i] = "ignored"
 			continue
@@ -162,55 +194,53 @@ func (m *Monitor) sendsBatch(msgs []jetstream.Msg) intakeBatch {
 	return b
 }
 
-// intake pulls batches from cons (in the pinned priority group), writes
+// pullEvents writes the consumer events of cons, the events consumer,
+// until ctx is done (pull).
+func (in *intake) pullEvents(ctx context.Context, cons jetstream.Consumer) {
+	in.pull(ctx, cons, true, in.eventsBatch)
+}
+
+// pullSends writes the sends of cons, the sends consumer, until ctx is
+// done (pull).
+func (in *intake) pullSends(ctx context.Context, cons jetstream.Consumer) {
+	in.pull(ctx, cons, false, in.sendsBatch)
+}
+
+// pull pulls batches from cons (in the pinned priority group), writes
 // each batch in one store transaction and acks its messages only after
 // the commit. A batch that fails is written again one message at a time
 // (writeEach), so one message the ledger refuses cannot hold up the rest;
-// the ledger's idempotency makes the retries safe.
-func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch func([]jetstream.Msg) intakeBatch) {
-	isEvents := cons == m.events
+// the ledger's idempotency makes the retries safe. isEvents tells the
+// events consumer, whose pulls renew the lease, from the sends consumer.
+func (in *intake) pull(ctx context.Context, cons jetstream.Consumer, isEvents bool, toBatch func([]jetstream.Msg) intakeBatch) {
 	refused := map[uint64]int{} // see writeEach
-	// eventsThrough may not pass a failed write's NAKed events before
-	// they are redelivered (writeEach's delay): a pull before then finds
-	// them missing, not written.
+	// The events written (followUps.eventsWritten) may not pass a failed
+	// write's NAKed events before they are redelivered (writeEach's
+	// delay): a pull before then finds them missing, not written.
 	var nakedUntil int64
 	through := func(pulled int64) {
 		if isEvents && pulled > nakedUntil {
-			// The follow-up loop waits for this after a takeover: it is
-			// woken, not left to its next tick.
-			if at := m.followUpAt.Load(); m.eventsThrough.Swap(pulled) < at && pulled >= at {
-				m.wake()
-			}
+			in.followUps.eventsWritten(pulled)
 		}
 	}
 	for ctx.Err() == nil {
 		pulled := time.Now().UnixNano()
-		pinned := isEvents && m.eventPin.Load() != ""
-		msgs, err := m.fetch(cons)
+		pinned := isEvents && in.lease.pinned()
+		msgs, err := in.fetch(cons, isEvents)
 		whole := err == nil // msgs is all the pull brought
-		switch {
-		case isEvents && errors.Is(err, jetstream.ErrPinIDMismatch):
-			// The server moved the pin: step down before the next status
-			// check, and until new events pin this instance again no pull
-			// renews the lease.
-			m.eventPin.Store("")
-		case pinned && err == nil:
-			// The pin held while this pull was served, so it was held
-			// when it was sent: the lease runs from then. A pull counts
-			// only once answered, or one sent just after the pin moved
-			// would extend the lease of an instance that lost it.
-			m.lastPull.Store(pulled)
+		if isEvents {
+			in.lease.answered(pulled, pinned, err)
 		}
 		if err != nil && len(msgs) > 0 {
-			m.cfg.Logger.Warn("fetch ended early", "consumer", cons.CachedInfo().Name, "n", len(msgs), "err", err)
+			in.cfg.Logger.Warn("fetch ended early", "consumer", cons.CachedInfo().Name, "n", len(msgs), "err", err)
 		} else if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if !errors.Is(err, jetstream.ErrPinIDMismatch) {
-				m.cfg.Logger.Warn("fetch", "consumer", cons.CachedInfo().Name, "err", err)
+				in.cfg.Logger.Warn("fetch", "consumer", cons.CachedInfo().Name, "err", err)
 			}
-			sleep(ctx, m.cfg.FetchWait)
+			sleep(ctx, in.cfg.FetchWait)
 			continue
 		}
 		if len(msgs) == 0 {
@@ -219,23 +249,23 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 		}
 		if isEvents {
 			if pin := msgs[len(msgs)-1].Headers().Get("Nats-Pin-Id"); pin != "" {
-				m.eventPin.Store(pin)
+				in.lease.pinnedAs(pin)
 			}
 		}
 		b := toBatch(msgs)
-		applied, err := m.apply(ctx, b.Batch)
+		applied, err := in.apply(ctx, b.Batch)
 		if isEvents {
-			m.eventsHeld.Store(0) // before the acks, so a status check errs on the side of waiting
+			in.eventsHeld.Store(0) // before the acks, so a status check errs on the side of waiting
 		}
 		if err != nil {
-			m.cfg.Logger.Error("ledger write failed; writing the batch one message at a time", "n", len(msgs), "err", err)
-			if !m.writeEach(ctx, cons, msgs, toBatch, refused) {
+			in.cfg.Logger.Error("ledger write failed; writing the batch one message at a time", "n", len(msgs), "err", err)
+			if !in.writeEach(ctx, cons, msgs, toBatch, refused) {
 				sleep(ctx, time.Second) // nothing written: the store is down
 			}
 			nakedUntil = time.Now().Add(intakeNakDelay).UnixNano()
 			continue
 		}
-		m.committed(msgs, b, applied)
+		in.committed(msgs, b, applied)
 		if len(refused) > 0 {
 			for _, msg := range msgs {
 				delete(refused, streamSeq(msg)) // written after all
@@ -249,20 +279,20 @@ func (m *Monitor) intake(ctx context.Context, cons jetstream.Consumer, toBatch f
 
 // committed acks msgs, whose batch b the ledger has written, and counts
 // them.
-func (m *Monitor) committed(msgs []jetstream.Msg, b intakeBatch, applied store.Applied) {
+func (in *intake) committed(msgs []jetstream.Msg, b intakeBatch, applied store.Applied) {
 	for _, msg := range msgs {
 		_ = msg.Ack() // a lost ack means a redelivery, which the ledger ignores
 	}
 	for _, k := range b.kinds {
-		m.metrics.events.WithLabelValues(k).Inc()
+		in.metrics.events.WithLabelValues(k).Inc()
 	}
-	m.applied.Add(uint64(len(msgs)))
-	m.metrics.batches.Inc()
-	m.recorded(applied)
+	in.applied.Add(uint64(len(msgs)))
+	in.metrics.batches.Inc()
+	in.recorded(applied)
 	if !b.newest.IsZero() {
 		lag := time.Since(b.newest)
-		m.lastLag.Store(int64(lag))
-		m.metrics.lag.Set(lag.Seconds())
+		in.lastLag.Store(int64(lag))
+		in.metrics.lag.Set(lag.Seconds())
 	}
 }
 
@@ -293,7 +323,7 @@ const maxRefused = 10000
 // redelivery untried. A refused event is recorded as such (store.Batch
 // Refused) before it is terminated, so no ACK is inferred for a message
 // whose TERM or MAX_DELIVERIES is lost; while that fails it is NAKed.
-func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch, refused map[uint64]int) bool {
+func (in *intake) writeEach(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch, refused map[uint64]int) bool {
 	type failure struct {
 		msg jetstream.Msg
 		err error
@@ -309,12 +339,12 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 		}
 		one := []jetstream.Msg{msg}
 		b := toBatch(one)
-		applied, err := m.apply(ctx, b.Batch)
+		applied, err := in.apply(ctx, b.Batch)
 		if err != nil {
 			failed = append(failed, failure{msg, err})
 			continue
 		}
-		m.committed(one, b, applied)
+		in.committed(one, b, applied)
 		delete(refused, streamSeq(msg))
 		// Only a store write is evidence the store takes writes: a message
 		// the intake ignores (or directIntake wrote) writes nothing.
@@ -323,7 +353,7 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 	if len(refused) > maxRefused {
 		clear(refused) // entries of messages handled elsewhere since (another instance, MaxAge)
 	}
-	took := wrote || len(failed) > 0 && m.probe(ctx) == nil // the store takes writes
+	took := wrote || len(failed) > 0 && in.probe(ctx) == nil // the store takes writes
 	for _, f := range failed {
 		seq := streamSeq(f.msg)
 		if took && seq > 0 {
@@ -334,8 +364,8 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 			continue
 		}
 		events := toBatch([]jetstream.Msg{f.msg}).Events
-		if _, err := m.apply(ctx, store.Batch{Refused: events}); err != nil {
-			m.cfg.Logger.Warn("recording a refused event failed; not terminated", "stream_seq", seq, "err", err)
+		if _, err := in.apply(ctx, store.Batch{Refused: events}); err != nil {
+			in.cfg.Logger.Warn("recording a refused event failed; not terminated", "stream_seq", seq, "err", err)
 			_ = f.msg.NakWithDelay(intakeNakDelay) // tried again, as the count stays
 			continue
 		}
@@ -347,8 +377,8 @@ func (m *Monitor) writeEach(ctx context.Context, cons jetstream.Consumer, msgs [
 			// own): after a TERM or MAX_DELIVERIES it stays pending for good.
 			attrs = append(attrs, "event", e.Kind, "row", fmt.Sprintf("%d/%s", e.StreamSeq, e.Consumer))
 		}
-		m.cfg.Logger.Error("the ledger refuses a message; terminated", attrs...)
-		m.metrics.refused.WithLabelValues(name).Inc()
+		in.cfg.Logger.Error("the ledger refuses a message; terminated", attrs...)
+		in.metrics.refused.WithLabelValues(name).Inc()
 		_ = f.msg.TermWithReason("the ack ledger refuses it: " + f.err.Error())
 	}
 	return wrote
@@ -365,11 +395,11 @@ func streamSeq(msg jetstream.Msg) uint64 {
 
 // recorded counts what a committed batch changed and wakes the follow-up
 // loop when a row reached a status it follows up.
-func (m *Monitor) recorded(applied store.Applied) {
-	m.metrics.observe(applied)
+func (in *intake) recorded(applied store.Applied) {
+	in.metrics.observe(applied)
 	for _, r := range applied.Resolved {
 		if followedUp(r.Status) {
-			m.wake()
+			in.followUps.wake()
 			return
 		}
 	}
@@ -384,10 +414,10 @@ func maxTime(a, b time.Time) time.Time {
 
 // probe checks that the store takes writes: it applies an empty batch,
 // which the store commits as a write that changes nothing.
-func (m *Monitor) probe(ctx context.Context) error {
+func (in *intake) probe(ctx context.Context) error {
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := m.cfg.Store.Apply(c, store.Batch{}); err != nil {
+	if _, err := in.cfg.Store.Apply(c, store.Batch{}); err != nil {
 		return fmt.Errorf("ackmonitor: store probe: %w", err)
 	}
 	return nil
@@ -395,13 +425,13 @@ func (m *Monitor) probe(ctx context.Context) error {
 
 // apply writes b, retrying on the monitor's shutdown-independent context
 // so a commit in flight is not cut off half way by ctx.
-func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, error) {
+func (in *intake) apply(ctx context.Context, b store.Batch) (store.Applied, error) {
 	if len(b.Sends) == 0 && len(b.Events) == 0 && len(b.Refused) == 0 {
 		return store.Applied{}, nil
 	}
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	a, err := m.cfg.Store.Apply(c, b)
+	a, err := in.cfg.Store.Apply(c, b)
 	if err != nil {
 		return a, fmt.Errorf("ackmonitor: apply: %w", err)
 	}
@@ -414,16 +444,16 @@ func (m *Monitor) apply(ctx context.Context, b store.Batch) (store.Applied, erro
 // expiry would arrive after such a deadline and be dropped, unacked, so
 // it came back only after AckWait (under load, a takeover's follow-ups
 // then missed a redelivered NAK). A shutdown waits for the pull to end.
-func (m *Monitor) fetch(cons jetstream.Consumer) ([]jetstream.Msg, error) {
-	batch, err := cons.Fetch(m.cfg.BatchSize, jetstream.FetchMaxWait(m.cfg.FetchWait), jetstream.FetchPriorityGroup(m.cfg.PriorityGroup))
+func (in *intake) fetch(cons jetstream.Consumer, isEvents bool) ([]jetstream.Msg, error) {
+	batch, err := cons.Fetch(in.cfg.BatchSize, jetstream.FetchMaxWait(in.cfg.FetchWait), jetstream.FetchPriorityGroup(in.cfg.PriorityGroup))
 	if err != nil {
 		return nil, err
 	}
 	var msgs []jetstream.Msg
 	for msg := range batch.Messages() {
 		msgs = append(msgs, msg)
-		if cons == m.events {
-			m.eventsHeld.Add(1) // as it arrives: a status check may come before the batch is complete
+		if isEvents {
+			in.eventsHeld.Add(1) // as it arrives: a status check may come before the batch is complete
 		}
 	}
 	return msgs, batch.Error() // nil when the pull expired

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,42 +21,29 @@ var ErrAlreadyRunning = errors.New("ackmonitor: Run called twice")
 // into the ledger, rates, alerts, dead letters and escalations, and serves
 // them over HTTP ([Monitor.Handler]). Create it with [New] and run it with
 // [Monitor.Run]. Its methods are safe for concurrent use.
+//
+// Its jobs own their state: the lease (whether this instance is the
+// active one), the intake (sends and events into the ledger) and the
+// follow-ups (dead letters and escalations); the Monitor wires them
+// together and runs the loops that read across them (status check,
+// alerts, reconciliation, rollups).
 type Monitor struct {
 	cfg     Config
 	nc      *nats.Conn
 	js      jetstream.JetStream
-	dlq     jetstream.JetStream // stores dead-letter copies (followUpBatch)
-	sender  *agentkit.Agent
 	metrics *metrics
-	started time.Time
+	ready   chan struct{}
 
-	mu       sync.Mutex
-	running  bool
-	mesh     jetstream.Stream
-	events   jetstream.Consumer
-	sends    jetstream.Consumer
-	eventPin atomic.Value // string: the last Nats-Pin-Id seen on the events consumer
-	active   atomic.Bool
-	// followUpAt (UnixNano) holds follow-ups back after a takeover; see
-	// followUpLoop.
-	followUpAt atomic.Int64
-	eventsHeld atomic.Int64 // events this instance fetched and has not yet acked
-	// eventsThrough (UnixNano) is when the events intake sent the pull
-	// of its last batch written in full: every event delivered to this
-	// instance before then is in the ledger.
-	eventsThrough atomic.Int64
-	// othersHeld is the fewest events held by others (fetched, not acked,
-	// not by this instance) that refreshStatus saw since this instance was
-	// pinned; statusLoop only.
-	othersHeld int64
-	lastPull   atomic.Int64 // UnixNano when the events intake sent its last pull served as the pin holder
-	pinnedAt   time.Time    // when refreshStatus first saw this instance pinned; statusLoop only
-	ready      chan struct{}
-	kick       chan struct{} // wakes the follow-up loop
-	applied    atomic.Uint64 // stream messages committed to the ledger
-	direct     *directEvents // events directIntake wrote
-	activeAt   atomic.Int64  // UnixNano when refreshStatus last found this instance active
-	lastLag    atomic.Int64  // ns
+	lease     *lease
+	intake    *intake
+	followUps *followUps
+
+	mu      sync.Mutex
+	running bool
+	// Set by provision before Run starts the loops that read them.
+	mesh   jetstream.Stream
+	events jetstream.Consumer
+	sends  jetstream.Consumer
 }
 
 // Events consumer and sends consumer names are derived from MonitorID.
@@ -93,9 +79,12 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 	if cfg.Directors == nil {
 		cfg.Directors = &RegistryDirectors{JS: js, Bucket: cfg.Scheme.RegistryBucket(), Default: cfg.DefaultDirector}
 	}
-	m := &Monitor{cfg: cfg, nc: nc, js: js, dlq: dlq, sender: sender, metrics: newMetrics(), ready: make(chan struct{}),
-		kick: make(chan struct{}, 1), started: time.Now(), direct: newDirectEvents(directRemembered)}
-	m.eventPin.Store("")
+	m := &Monitor{cfg: cfg, nc: nc, js: js, metrics: newMetrics(), ready: make(chan struct{}),
+		lease: newLease(cfg.PinnedTTL, cfg.StatusInterval)}
+	m.followUps = &followUps{cfg: &m.cfg, nc: nc, js: js, dlq: dlq, sender: sender, metrics: m.metrics, lease: m.lease,
+		kick: make(chan struct{}, 1)}
+	m.intake = &intake{cfg: &m.cfg, nc: nc, metrics: m.metrics, lease: m.lease, followUps: m.followUps,
+		direct: newDirectEvents(directRemembered)}
 	return m, nil
 }
 
@@ -111,9 +100,7 @@ func (m *Monitor) Ready() <-chan struct{} { return m.ready }
 // the pin only after PinnedTTL without pulls, so an instance that stalls
 // steps down before another can be pinned, and a newly pinned instance
 // waits two status intervals before acting.
-func (m *Monitor) Active() bool {
-	return m.active.Load() && time.Since(time.Unix(0, m.lastPull.Load())) < m.cfg.PinnedTTL/2
-}
+func (m *Monitor) Active() bool { return m.lease.Active() }
 
 // Run provisions streams and consumers, then consumes until ctx is done;
 // it returns nil after a clean shutdown, having stopped every goroutine it
@@ -126,7 +113,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 	m.running = true
 	m.mu.Unlock()
-	defer m.sender.Stop()
+	defer m.followUps.stop()
 
 	if err := m.provision(ctx); err != nil {
 		return err
@@ -134,19 +121,19 @@ func (m *Monitor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { m.intake(ctx, m.events, m.eventsBatch) })
-	wg.Go(func() { m.intake(ctx, m.sends, m.sendsBatch) })
-	wg.Go(func() { m.directIntake(ctx) })
+	wg.Go(func() { m.intake.pullEvents(ctx, m.events) })
+	wg.Go(func() { m.intake.pullSends(ctx, m.sends) })
+	wg.Go(func() { m.intake.directIntake(ctx) })
 	wg.Go(func() { m.statusLoop(ctx) })
 	wg.Go(func() { m.alertLoop(ctx) })
-	wg.Go(func() { m.followUpLoop(ctx) })
+	wg.Go(func() { m.followUps.run(ctx, m.mesh) })
 	wg.Go(func() { m.rollupLoop(ctx) })
 	wg.Go(func() { m.reconcileLoop(ctx) })
 	close(m.ready)
 	m.cfg.Logger.Info("ack monitor running", "id", m.cfg.MonitorID, "stream", m.cfg.Scheme.Stream())
 	<-ctx.Done()
 	wg.Wait()
-	m.active.Store(false)
+	m.lease.resign()
 	m.metrics.active.Set(0)
 	m.cfg.Logger.Info("ack monitor stopped", "id", m.cfg.MonitorID)
 	return nil
@@ -223,119 +210,6 @@ func (m *Monitor) addEventsSubjects(ctx context.Context) error {
 		return fmt.Errorf("ackmonitor: add subjects %q to %s: %w", cfg.Subjects[n:], name, err)
 	}
 	return nil
-}
-
-// statusLoop checks whether this instance holds the events pin and
-// refreshes the lag gauges.
-func (m *Monitor) statusLoop(ctx context.Context) {
-	t := time.NewTicker(m.cfg.StatusInterval)
-	defer t.Stop()
-	for {
-		m.refreshStatus(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (m *Monitor) refreshStatus(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	active := false
-	var eventsPending int64 // fetched from the events consumer by others, not yet acked
-	for _, c := range []jetstream.Consumer{m.events, m.sends} {
-		heldBefore := m.eventsHeld.Load()
-		info, err := c.Info(ctx)
-		if err != nil {
-			// An instance that cannot reach the server cannot know it is
-			// still pinned: it steps down.
-			if ctx.Err() == nil {
-				m.cfg.Logger.Warn("consumer info", "err", err)
-			}
-			continue
-		}
-		m.metrics.pending.WithLabelValues(info.Name).Set(float64(info.NumPending + uint64(info.NumAckPending)))
-		if c != m.events {
-			continue
-		}
-		// The info may or may not count a batch fetched or acked while it
-		// was on its way: subtracting the smaller count errs on the side
-		// of waiting.
-		eventsPending = int64(info.NumAckPending) - min(heldBefore, m.eventsHeld.Load())
-		pin, pinned := m.eventPin.Load().(string), ""
-		for _, g := range info.PriorityGroups {
-			if g.Group == m.cfg.PriorityGroup {
-				pinned = g.PinnedClientID
-			}
-		}
-		switch {
-		case pin != "" && pinned == pin:
-			active = true
-		case pinned == "" && info.NumPending == 0:
-			// Nobody is pinned and no event is on its way to pin anyone:
-			// a quiet mesh after a takeover or a restart, where follow-ups
-			// would wait for the next event.
-			m.wakeEvents(ctx)
-		}
-	}
-	// Step down at once; step up only after holding the pin for two status
-	// intervals, by which time a previous holder has seen the new pin in
-	// its own status check and stepped down.
-	switch {
-	case !active:
-		m.pinnedAt = time.Time{}
-	case m.pinnedAt.IsZero():
-		m.pinnedAt, m.othersHeld = time.Now(), eventsPending
-		active = false
-	default:
-		m.othersHeld = min(m.othersHeld, eventsPending)
-		active = time.Since(m.pinnedAt) >= 2*m.cfg.StatusInterval
-	}
-	if active {
-		m.activeAt.Store(time.Now().UnixNano())
-	}
-	if was := m.active.Swap(active); was != active {
-		m.cfg.Logger.Info("ack monitor role changed", "id", m.cfg.MonitorID, "active", active)
-		if active {
-			from := time.Now()
-			if m.othersHeld > 0 {
-				// Events fetched by an instance that held the pin before
-				// (another one, or this process's previous run) and
-				// never acked come back after AckWait; until then rows
-				// may lack them. Only the pinned instance is sent events,
-				// so a count that stayed above zero at every check since
-				// this one was pinned is not its own.
-				from = from.Add(m.cfg.AckWait)
-				m.cfg.Logger.Info("follow-ups wait for a previous instance's events", "in_flight", m.othersHeld, "until", from)
-			}
-			m.followUpAt.Store(from.UnixNano())
-			m.wake()
-		}
-	}
-	if m.Active() {
-		m.metrics.active.Set(1)
-	} else {
-		m.metrics.active.Set(0)
-		m.reportAlerts(nil) // a standby reports no alerts and no stale rows
-		m.reportStalePending(-1)
-	}
-}
-
-// wakeEvents publishes a wake-up to the events stream. The server pins the
-// instance it delivers it to, which learns its pin from the message.
-func (m *Monitor) wakeEvents(ctx context.Context) {
-	if _, err := m.js.Publish(ctx, m.cfg.Scheme.MonitorWake(), nil); err != nil && ctx.Err() == nil {
-		m.cfg.Logger.Warn("events wake-up", "subject", m.cfg.Scheme.MonitorWake(), "err", err)
-	}
-}
-
-func (m *Monitor) wake() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
 }
 
 // everyTick calls f every interval until ctx is done.

@@ -151,11 +151,11 @@ func (m *Monitor) reconcile(ctx context.Context, prev reconcileCheck) (reconcile
 	check := reconcileCheck{suspects: next, eventsLast: eventsStream.CachedInfo().State.LastSeq}
 	for len(inferred) > 0 {
 		n := min(len(inferred), m.cfg.BatchSize)
-		applied, err := m.apply(ctx, store.Batch{Events: inferred[:n]})
+		applied, err := m.intake.apply(ctx, store.Batch{Events: inferred[:n]})
 		if err != nil {
 			return check, err
 		}
-		m.recorded(applied)
+		m.intake.recorded(applied)
 		for _, r := range applied.Resolved {
 			if r.InferredAck() {
 				m.metrics.inferred.WithLabelValues(r.Receiver, r.Priority).Inc()
