@@ -2,15 +2,10 @@ package ackmonitor_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
+	"github.com/agentmesh-io/agentmesh/ackmonitor/internal/pgtest"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
@@ -40,8 +36,6 @@ const (
 	sqliteStore   storeKind = "sqlite"
 	postgresStore storeKind = "postgres"
 )
-
-var pgSchemaN atomic.Int64
 
 // openStore returns a fresh ledger of kind, closed when the test ends.
 func openStore(t testing.TB, kind storeKind) store.Store {
@@ -67,35 +61,7 @@ func ledgerAt(t testing.TB, kind storeKind) string {
 	if kind == sqliteStore {
 		return filepath.Join(t.TempDir(), "ledger.db")
 	}
-	dsn := os.Getenv("AGENTMESH_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AGENTMESH_TEST_POSTGRES_DSN is not set and CI=true: the PostgreSQL ledger must be tested in CI")
-		}
-		t.Skip("AGENTMESH_TEST_POSTGRES_DSN is not set: skipping the PostgreSQL variant")
-	}
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := fmt.Sprintf("ackmonitor_test_%d_%d", os.Getpid(), pgSchemaN.Add(1))
-	if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
-		admin.Close()
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return pgtest.Schema(t, "ackmonitor_test")
 }
 
 // fastConfig is a monitor configuration with test-sized intervals. Its

@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor/internal/pgtest"
 )
 
 // upgrade opens a fresh database of each dialect (PostgreSQL with
@@ -26,7 +26,7 @@ func upgrade(t *testing.T, from int, fill func(t *testing.T, s *sqlStore), check
 			if name == "sqlite" {
 				db, d, err = openSQLite(ctx, filepath.Join(t.TempDir(), "ledger.db"))
 			} else {
-				db, d, err = openPostgres(ctx, postgresSchema(t))
+				db, d, err = openPostgres(ctx, pgtest.Schema(t, "store_migration"))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -43,42 +43,6 @@ func upgrade(t *testing.T, from int, fill func(t *testing.T, s *sqlStore), check
 			check(t, old)
 		})
 	}
-}
-
-// postgresSchema returns the DSN of a fresh schema of the database named by
-// AGENTMESH_TEST_POSTGRES_DSN, dropped when the test ends; without the DSN
-// the test fails under CI=true and is skipped otherwise.
-func postgresSchema(t *testing.T) string {
-	dsn := os.Getenv("AGENTMESH_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("AGENTMESH_TEST_POSTGRES_DSN is not set and CI=true")
-		}
-		t.Skip("AGENTMESH_TEST_POSTGRES_DSN is not set")
-	}
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := fmt.Sprintf("store_migration_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		admin.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
-		admin.Close()
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // Rows a monitor recorded as NACKs though their TERM said the message was
