@@ -79,7 +79,11 @@ type Agent struct {
 	objects    payloadStore // large envelopes
 	shared     sharedState  // task state
 	handled    handledSet   // recently finished stream sequences
-	invalidLog *sampledLog  // invalid input, logged by sample
+	tracker    taskTracker  // task records, written after the ack
+	// drainCtx is Drain's ctx, which bounds the writing of the task
+	// records still queued; nil for Stop. Set by shutdown's begin.
+	drainCtx   context.Context
+	invalidLog *sampledLog // invalid input, logged by sample
 
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
@@ -275,6 +279,7 @@ func (a *Agent) start(ctx context.Context) error {
 		a.queues[i] = make(chan *delivery, depth)
 		a.readers.Go(func() { a.read(p, sources[i], a.queues[i]) })
 	}
+	a.startTracker()
 	slots := make([]atomic.Pointer[delivery], a.opts.concurrency+1)
 	a.workers.Go(func() { a.work(a.queues[:1], &slots[0]) }) // critical's own worker
 	for i := range a.opts.concurrency {
@@ -446,6 +451,8 @@ func (a *Agent) Topics() []string {
 // client's buffer are left to the broker's redelivery. It waits
 // for every goroutine the agent started, releases the publisher's reply
 // subscription (call Stop on agents that only sent, too) and is idempotent.
+// Task records still queued (see [WithTaskTracking]) are written within the
+// publish timeout; the rest are dropped and counted.
 func (a *Agent) Stop() { a.shutdown(a.stopNow) }
 
 // stopNow is Stop's part of shutdown.
@@ -490,7 +497,10 @@ func (a *Agent) awaitUnsubscribed() {
 // handlers have returned (a handler that ignores its context holds Drain
 // up; no goroutine can be ended from outside). Handlers still running may
 // send, but [Agent.Request] and [Agent.SendAndWait] fail at once with
-// [ErrClosed]: the agent no longer reads its replies. Stop and Drain wait
+// [ErrClosed]: the agent no longer reads its replies. Drain writes the task
+// records of the messages it acked (see [WithTaskTracking]) before it
+// returns, while ctx lasts; a record being written when ctx ends finishes
+// first, within the publish timeout. Stop and Drain wait
 // for running handlers, so a handler must not call them on its own agent.
 func (a *Agent) Drain(ctx context.Context) error {
 	var expired atomic.Bool
@@ -510,6 +520,7 @@ func (a *Agent) Drain(ctx context.Context) error {
 		// From here on, ctx ending turns the drain into a stop, whether
 		// the readers are still emptying the client's buffer or the
 		// workers finishing.
+		a.drainCtx = ctx
 		stop = context.AfterFunc(ctx, func() {
 			if a.lifecycle() == stateStopping {
 				expired.Store(true)
@@ -619,6 +630,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	// handler's Request still waiting fails now, not at its timeout.
 	a.failWaiters()
 	a.workers.Wait()
+	a.flushTasks()
 	close(a.scanDone)
 	a.scanner.Wait()
 	// Heartbeats (STOPPING now) go on while handlers finish, so a long
@@ -657,6 +669,19 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	a.stoppedHooks()
 	close(a.closed)
 	a.opts.logger.Info("agent stopped", "agent", a.id)
+}
+
+// flushTasks writes the task records still queued (see stopTracker):
+// within Drain's ctx, or on Stop within the publish timeout, the bound
+// each record had when the workers wrote them.
+func (a *Agent) flushTasks() {
+	ctx := a.drainCtx
+	if ctx == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), a.opts.publishTimeout)
+		defer cancel()
+	}
+	a.stopTracker(ctx)
 }
 
 // stoppedHooks tells the hooks the agent has stopped.

@@ -514,10 +514,10 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		a.stats.add(OutcomeAck)
 		a.settled(d, SettleEvent{Outcome: OutcomeAck, Elapsed: elapsed, BrokerErr: berr})
 		a.release(d)
-		a.trackTask(env)
 		if env.RequiresAck && a.answers(d) {
 			a.reply(d, env.NewAck(a.id, nil, elapsed))
 		}
+		a.queueTask(env) // recorded later, off this worker
 	case outcomeRetry:
 		if a.stopping.Load() && errors.Is(err, context.Canceled) {
 			berr := a.brokerErr(d.msg.Nak(), d, "nak") // cut short by Stop: not the handler's error

@@ -124,7 +124,8 @@
 //
 // [State] keeps TASK, AGENT, RESOURCE and POLICY entities in KV bucket
 // mesh_state with compare-and-swap updates and a change feed; the agent
-// that acks a task.* message records it in the task's state. [Sessions]
+// that acks a task.* message records it in the task's state, after the
+// ack and off the handlers' workers ([WithTaskTracking]). [Sessions]
 // keeps seed 004's sessions (participants, decisions, artifacts) in
 // mesh_sessions, expiring on their own. The standard protocols of seed 002
 // are actions with typed payloads ([protocol.TaskAssignment],

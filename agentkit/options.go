@@ -50,6 +50,7 @@ type options struct {
 	sampleFreq     string
 	middleware     []Middleware
 	hooks          hooks
+	noTaskTracking bool
 }
 
 func defaultOptions() options {

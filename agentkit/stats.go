@@ -76,6 +76,9 @@ type Stats struct {
 	// one because a fast batch ended before the stream confirmed them
 	// (they are deduplicated if it stored them after all).
 	FastBatchFallbacks uint64
+	// TaskRecordsDropped counts acked task.* messages the agent did not
+	// record in their task's state (see [ErrTaskRecordDropped]).
+	TaskRecordsDropped uint64
 	// Prefetch is how many messages each priority buffers ahead of its
 	// workers now, besides one per worker: Prefetch until the handlers'
 	// pace is known, then what the pace calls for (see
@@ -87,7 +90,8 @@ type Stats struct {
 func (a *Agent) Stats() Stats {
 	s := Stats{Outcomes: make(map[Outcome]uint64, len(Outcomes)), PublishRetries: a.stats.publishRetries.Load(),
 		PublishDuplicates: a.stats.publishDups.Load(),
-		FastBatched:       a.stats.fastBatched.Load(), FastBatchFallbacks: a.stats.fastFallbacks.Load()}
+		FastBatched:       a.stats.fastBatched.Load(), FastBatchFallbacks: a.stats.fastFallbacks.Load(),
+		TaskRecordsDropped: a.tracker.dropped.Load()}
 	for i, o := range Outcomes {
 		s.Outcomes[o] = a.stats.n[i].Load()
 	}
