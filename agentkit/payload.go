@@ -6,20 +6,16 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // headerRoom is left under the server's max payload for headers.
 const headerRoom = 4 << 10
-
-// payloadTTL bounds how long an offloaded envelope is kept when nobody
-// acks it: the MESH stream's retention.
-const payloadTTL = 7 * 24 * time.Hour
 
 // payloadStore opens the object store lazily, once.
 type payloadStore struct {
@@ -33,19 +29,9 @@ func (a *Agent) payloads(ctx context.Context) (jetstream.ObjectStore, error) {
 	if a.objects.store != nil {
 		return a.objects.store, nil
 	}
-	bucket := a.opts.scheme.PayloadsBucket()
-	var s jetstream.ObjectStore
-	var err error
-	if a.opts.provision {
-		s, err = a.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket: bucket, Description: "agentmesh envelopes above the server's max payload",
-			TTL: payloadTTL, Replicas: a.opts.replicas,
-		})
-	} else {
-		s, err = a.js.ObjectStore(ctx, bucket)
-	}
+	s, err := bucket.ObjectStore(ctx, a.js, bucket.Payloads(a.opts.scheme, a.opts.replicas), a.opts.provision)
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: payload store %s: %w", bucket, err)
+		return nil, fmt.Errorf("agentkit: payload store: %w", err)
 	}
 	a.objects.store = s
 	return s, nil

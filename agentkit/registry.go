@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -134,34 +135,21 @@ var ErrWatchEnded = errors.New("agentkit: registry watch ended")
 // registryTTLFloor is the smallest per-key TTL the server accepts.
 const registryTTLFloor = time.Second
 
-// keyTTL is the per-key TTL to ask for so the key lives at least d: the
-// server keeps whole seconds of a TTL and drops the rest (three 1.3s
-// heartbeats, 3.9s, lived 3s: less than three beats).
-func keyTTL(d time.Duration) time.Duration {
-	return max((d + time.Second - 1).Truncate(time.Second), registryTTLFloor)
-}
-
 // OpenRegistry binds to (creating it when create is true) the registry
 // bucket of scheme and starts watching it. It returns once the cache holds
 // the bucket's current contents, or with an error matching [ErrWatchEnded]
 // if the watch ends before that. Close stops the watch.
 func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, create bool) (*Registry, error) {
-	bucket := scheme.RegistryBucket()
-	var kv jetstream.KeyValue
-	var err error
-	if create {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         bucket,
-			Description:    "agentmesh agent registry",
-			History:        1,
-			Replicas:       replicas,
-			LimitMarkerTTL: time.Minute,
-		})
-	} else {
-		kv, err = js.KeyValue(ctx, bucket)
-	}
+	name := scheme.RegistryBucket()
+	kv, err := bucket.KeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:         name,
+		Description:    "agentmesh agent registry",
+		History:        1,
+		Replicas:       replicas,
+		LimitMarkerTTL: time.Minute,
+	}, create)
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: registry bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("agentkit: registry: %w", err)
 	}
 	// The watch lives until Close, not until ctx ends: nats.go ends a
 	// watch with its context, and the cache would freeze without a word.
@@ -171,7 +159,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 		cancel()
 		return nil, fmt.Errorf("agentkit: watch registry: %w", err)
 	}
-	r := &Registry{kv: kv, js: js, bucket: bucket, instances: map[string]map[string]instanceRecord{},
+	r := &Registry{kv: kv, js: js, bucket: name, instances: map[string]map[string]instanceRecord{},
 		gone: map[string]AgentStatus{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
 	r.wg.Go(func() { r.watch(wctx, w) })
 	select {
@@ -469,13 +457,13 @@ func MarkUnavailable(ctx context.Context, js jetstream.JetStream, s subjects.Sch
 }
 
 // putUnavailable publishes the mark with a per-message TTL, as put does.
-func putUnavailable(ctx context.Context, js jetstream.JetStream, bucket, agent, by, reason string, ttl time.Duration) error {
+func putUnavailable(ctx context.Context, js jetstream.JetStream, bucketName, agent, by, reason string, ttl time.Duration) error {
 	key, err := subjects.MarkKey(subjects.KeyUnavailable, agent)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	b, _ := json.Marshal(health{By: by, Reason: reason, At: time.Now().UTC()})
-	if _, err := js.Publish(ctx, subjects.KVSubject(bucket, key), b, jetstream.WithMsgTTL(keyTTL(ttl))); err != nil {
+	if _, err := js.Publish(ctx, subjects.KVSubject(bucketName, key), b, jetstream.WithMsgTTL(bucket.KeyTTL(ttl))); err != nil {
 		return fmt.Errorf("agentkit: mark %s unavailable: %w", agent, err)
 	}
 	return nil
@@ -506,7 +494,7 @@ func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(keyTTL(ttl))); err != nil {
+	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(bucket.KeyTTL(ttl))); err != nil {
 		return fmt.Errorf("agentkit: register %s/%s: %w", rec.ID, rec.Instance, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -81,26 +82,26 @@ type Sessions struct {
 // NewSessions fails with an error matching [ErrInvalidOption]. It starts no
 // goroutine.
 func NewSessions(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int) (*Sessions, error) {
-	bucket := scheme.SessionsBucket()
-	kv, err := bindOrCreateBucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:         bucket,
+	name := scheme.SessionsBucket()
+	kv, err := bucket.KeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:         name,
 		Description:    "agentmesh sessions",
 		History:        1,
 		Storage:        jetstream.FileStorage,
 		Replicas:       replicas,
 		LimitMarkerTTL: sessionMarkerTTL,
-	})
+	}, true)
 	if err != nil {
-		return nil, err
+		return nil, bucketErr(err)
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("agentkit: bucket %s: %w", name, err)
 	}
 	if st.LimitMarkerTTL() <= 0 {
-		return nil, fmt.Errorf("%w: bucket %s does not allow per-key TTLs (LimitMarkerTTL is 0)", ErrInvalidOption, bucket)
+		return nil, fmt.Errorf("%w: bucket %s does not allow per-key TTLs (LimitMarkerTTL is 0)", ErrInvalidOption, name)
 	}
-	return &Sessions{js: js, kv: kv, bucket: bucket}, nil
+	return &Sessions{js: js, kv: kv, bucket: name}, nil
 }
 
 // Create starts a session by initiator that lasts ttl (at least 1s) about
@@ -235,72 +236,66 @@ func insertByTime[T any](list []T, v T, at func(T) time.Time) []T {
 // Delete removes session id at once, or returns an error matching
 // [ErrNotFound] if it does not exist or has expired.
 func (s *Sessions) Delete(ctx context.Context, id string) error {
-	for attempt := range maxCASAttempts {
-		if attempt > 0 {
-			if err := casBackoff(ctx, attempt); err != nil {
-				return fmt.Errorf("agentkit: session delete %s: %w", id, err)
-			}
-		}
+	return bucket.Retry(ctx, ErrConflict, "agentkit: session delete "+id, func() error {
 		_, rev, err := s.get(ctx, id)
 		if err != nil {
 			return err
 		}
 		// Purge drops the value; the marker itself expires.
 		err = s.kv.Purge(ctx, id, jetstream.LastRevision(rev), jetstream.PurgeTTL(sessionMarkerTTL))
-		if isCASConflict(err) {
-			continue
+		if bucket.IsConflict(err) {
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("agentkit: session delete %s: %w", id, err)
 		}
 		return nil
-	}
-	return fmt.Errorf("%w: session delete %s: %d attempts lost to concurrent writers", ErrConflict, id, maxCASAttempts)
+	})
 }
 
 // update applies fn to session id and writes it back with compare-and-swap,
 // retrying on conflict. The write carries the session's remaining lifetime
-// as its TTL: KV Update would drop the TTL and make the session permanent
-// (NATS.md §5), so the value is published to the key's subject with a
+// as its TTL: KV Update would drop the TTL and make the session
+// permanent, so the value is published to the key's subject with a
 // Nats-TTL header and the expected-revision header instead.
 func (s *Sessions) update(ctx context.Context, id string, fn func(*Session)) (*Session, error) {
 	subject := subjects.KVSubject(s.bucket, id)
-	for attempt := range maxCASAttempts {
-		if attempt > 0 {
-			if err := casBackoff(ctx, attempt); err != nil {
-				return nil, fmt.Errorf("agentkit: session update %s: %w", id, err)
-			}
-		}
+	var updated *Session
+	err := bucket.Retry(ctx, ErrConflict, "agentkit: session update "+id, func() error {
 		sess, rev, err := s.get(ctx, id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		fn(sess)
 		remaining := time.Until(sess.ExpiresAt)
 		if remaining <= 0 {
-			return nil, fmt.Errorf("%w: session %s expired at %s", ErrNotFound, id, sess.ExpiresAt.Format(time.RFC3339))
+			return fmt.Errorf("%w: session %s expired at %s", ErrNotFound, id, sess.ExpiresAt.Format(time.RFC3339))
 		}
 		b, err := json.Marshal(sess)
 		if err != nil {
-			return nil, fmt.Errorf("agentkit: session update %s: encode: %w", id, err)
+			return fmt.Errorf("agentkit: session update %s: encode: %w", id, err)
 		}
 		_, err = s.js.Publish(ctx, subject, b,
 			jetstream.WithMsgTTL(serverTTL(remaining)),
 			jetstream.WithExpectLastSequencePerSubject(rev))
-		if isCASConflict(err) {
-			continue
+		if bucket.IsConflict(err) {
+			return err
 		}
 		if err != nil {
-			return nil, fmt.Errorf("agentkit: session update %s: %w", id, err)
+			return fmt.Errorf("agentkit: session update %s: %w", id, err)
 		}
-		return sess, nil
+		updated = sess
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: session update %s: %d attempts lost to concurrent writers", ErrConflict, id, maxCASAttempts)
+	return updated, nil
 }
 
 // serverTTL rounds d up to whole seconds, at least one: the server counts
 // per-message TTLs in seconds and rejects shorter ones. The session may
 // thus stay in the bucket up to a second past ExpiresAt; Get hides it.
 func serverTTL(d time.Duration) time.Duration {
-	return max(keyTTL(d), minSessionTTL)
+	return max(bucket.KeyTTL(d), minSessionTTL)
 }

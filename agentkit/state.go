@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -26,10 +26,6 @@ var (
 	// every attempt.
 	ErrConflict = errors.New("agentkit: update conflict")
 )
-
-// maxCASAttempts bounds the read-modify-write retries of [State.Update] and
-// the session updates.
-const maxCASAttempts = 32
 
 // stateHistory is the number of revisions the state bucket keeps per key.
 const stateHistory = 16
@@ -69,53 +65,34 @@ type State struct {
 // of history per key, file storage, replicas copies; 0 means 1) or binds to
 // it as it exists. It starts no goroutine.
 func NewState(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int) (*State, error) {
-	bucket := scheme.StateBucket()
-	kv, err := bindOrCreateBucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      bucket,
+	return openState(ctx, js, scheme, replicas, true)
+}
+
+// openState binds to the state bucket of scheme, creating it when provision
+// is true; without provisioning ([WithProvisioning](false)) a missing bucket
+// is an error matching jetstream.ErrBucketNotFound.
+func openState(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, provision bool) (*State, error) {
+	bucketName := scheme.StateBucket()
+	kv, err := bucket.KeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      bucketName,
 		Description: "agentmesh shared state",
 		History:     stateHistory,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
-	})
+	}, provision)
 	if err != nil {
-		return nil, err
+		return nil, bucketErr(err)
 	}
-	return &State{kv: kv, bucket: bucket}, nil
+	return &State{kv: kv, bucket: bucketName}, nil
 }
 
-// bindState binds to the state bucket of scheme as it exists, for an agent
-// without provisioning rights ([WithProvisioning](false)): a missing bucket
-// is an error matching jetstream.ErrBucketNotFound.
-func bindState(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme) (*State, error) {
-	bucket := scheme.StateBucket()
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		return nil, fmt.Errorf("agentkit: bucket %s (not created without provisioning): %w", bucket, err)
+// bucketErr wraps an error of package bucket, matching [ErrInvalidOption]
+// for the arguments it refuses.
+func bucketErr(err error) error {
+	if errors.Is(err, bucket.ErrInvalid) {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return &State{kv: kv, bucket: bucket}, nil
-}
-
-// bindOrCreateBucket binds to the bucket cfg names, creating it with cfg when it
-// does not exist.
-func bindOrCreateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if js == nil {
-		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidOption)
-	}
-	if cfg.Replicas < 0 {
-		return nil, fmt.Errorf("%w: replicas %d < 0", ErrInvalidOption, cfg.Replicas)
-	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			// Another process created it between the two calls.
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("agentkit: bucket %s: %w", cfg.Bucket, err)
-	}
-	return kv, nil
+	return fmt.Errorf("agentkit: %w", err)
 }
 
 // StateEntry is one value of the shared state.
@@ -202,12 +179,8 @@ func (s *State) Update(ctx context.Context, kind EntityKind, id string, fn func(
 	if err != nil {
 		return nil, err
 	}
-	for attempt := range maxCASAttempts {
-		if attempt > 0 {
-			if err := casBackoff(ctx, attempt); err != nil {
-				return nil, fmt.Errorf("agentkit: state update %s %s: %w", kind, id, err)
-			}
-		}
+	var written *StateEntry
+	err = bucket.Retry(ctx, ErrConflict, fmt.Sprintf("agentkit: state update %s %s", kind, id), func() error {
 		var old json.RawMessage
 		var rev uint64
 		e, err := s.kv.Get(ctx, key)
@@ -215,30 +188,34 @@ func (s *State) Update(ctx context.Context, kind EntityKind, id string, fn func(
 		case err == nil:
 			old, rev = e.Value(), e.Revision()
 		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return nil, s.fail("update", kind, id, err)
+			return s.fail("update", kind, id, err)
 		}
 		v, err := fn(old)
 		if err != nil {
-			return nil, fmt.Errorf("agentkit: state update %s %s: %w", kind, id, err)
+			return fmt.Errorf("agentkit: state update %s %s: %w", kind, id, err)
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, fmt.Errorf("agentkit: state update %s %s: encode: %w", kind, id, err)
+			return fmt.Errorf("agentkit: state update %s %s: encode: %w", kind, id, err)
 		}
 		if rev == 0 {
 			rev, err = s.kv.Create(ctx, key, b)
 		} else {
 			rev, err = s.kv.Update(ctx, key, b, rev)
 		}
-		if isCASConflict(err) {
-			continue
+		if bucket.IsConflict(err) {
+			return err
 		}
 		if err != nil {
-			return nil, s.fail("update", kind, id, err)
+			return s.fail("update", kind, id, err)
 		}
-		return &StateEntry{Kind: kind, ID: id, Value: b, Revision: rev, Updated: time.Now().UTC()}, nil
+		written = &StateEntry{Kind: kind, ID: id, Value: b, Revision: rev, Updated: time.Now().UTC()}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: state update %s %s: %d attempts lost to concurrent writers", ErrConflict, kind, id, maxCASAttempts)
+	return written, nil
 }
 
 // Delete removes kind/id; its history stays in the bucket until newer
@@ -249,12 +226,7 @@ func (s *State) Delete(ctx context.Context, kind EntityKind, id string) error {
 	if err != nil {
 		return err
 	}
-	for attempt := range maxCASAttempts {
-		if attempt > 0 {
-			if err := casBackoff(ctx, attempt); err != nil {
-				return fmt.Errorf("agentkit: state delete %s %s: %w", kind, id, err)
-			}
-		}
+	return bucket.Retry(ctx, ErrConflict, fmt.Sprintf("agentkit: state delete %s %s", kind, id), func() error {
 		e, err := s.kv.Get(ctx, key)
 		if err != nil {
 			return s.fail("delete", kind, id, err)
@@ -262,15 +234,14 @@ func (s *State) Delete(ctx context.Context, kind EntityKind, id string) error {
 		// The revision check keeps a racing delete from writing a second
 		// marker (and a second DELETE change) for one deletion.
 		err = s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-		if isCASConflict(err) {
-			continue
+		if bucket.IsConflict(err) {
+			return err
 		}
 		if err != nil {
 			return s.fail("delete", kind, id, err)
 		}
 		return nil
-	}
-	return fmt.Errorf("%w: state delete %s %s: %d attempts lost to concurrent writers", ErrConflict, kind, id, maxCASAttempts)
+	})
 }
 
 // fail wraps a KV error, mapping the jetstream sentinels to ours.
@@ -282,35 +253,6 @@ func (s *State) fail(op string, kind EntityKind, id string, err error) error {
 		return fmt.Errorf("%w: state %s %s", ErrExists, kind, id)
 	}
 	return fmt.Errorf("agentkit: state %s %s %s: %w", op, kind, id, err)
-}
-
-// isCASConflict reports whether err is a lost compare-and-swap: a revision
-// mismatch, a create that found the key, or the raw "wrong last sequence"
-// API error (10071, or 10164 on replicated streams).
-func isCASConflict(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
-// casBackoff waits a short random time before retry attempt, growing with
-// the attempt up to 20ms, so writers that keep colliding drift apart.
-func casBackoff(ctx context.Context, attempt int) error {
-	d := time.Duration(rand.Int64N(int64(min(attempt, 20))*int64(time.Millisecond))) + 1
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // The operations of a [StateChange] (seed 002's StateUpdate.operation).

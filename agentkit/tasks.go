@@ -50,13 +50,7 @@ func (a *Agent) State(ctx context.Context) (*State, error) {
 	if a.shared.state != nil {
 		return a.shared.state, nil
 	}
-	var s *State
-	var err error
-	if a.opts.provision {
-		s, err = NewState(ctx, a.js, a.opts.scheme, a.opts.replicas)
-	} else {
-		s, err = bindState(ctx, a.js, a.opts.scheme)
-	}
+	s, err := openState(ctx, a.js, a.opts.scheme, a.opts.replicas, a.opts.provision)
 	if err != nil {
 		return nil, err
 	}

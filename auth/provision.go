@@ -3,11 +3,11 @@ package auth
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -69,11 +69,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 		reg.Close()
 	}
 	if opts.Payloads {
-		// Replicates agentkit's (unexported) payload store configuration.
-		_, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket: scheme.PayloadsBucket(), Description: "agentmesh envelopes above the server's max payload",
-			TTL: 7 * 24 * time.Hour, Replicas: replicas,
-		})
+		_, err := bucket.ObjectStore(ctx, js, bucket.Payloads(scheme, replicas), true)
 		if err != nil {
 			return fmt.Errorf("auth: provision payload store: %w", err)
 		}
