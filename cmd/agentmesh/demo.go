@@ -39,7 +39,7 @@ the configuration names one), the ack monitor, and the demo agents
 orchestrator, planner, executors, validator and director, each on its own
 connection. It runs two workflows:
 
-  1. seed 001's Complete Communication Flow: the orchestrator has the planner
+  1. the complete communication flow: the orchestrator has the planner
      plan the update of CUST001's credit limit (plan_workflow → plan_complete),
      the executor fetch and update it (execute_operation → execution_complete),
      the validator check it (validate → validation_result), then tells the

@@ -64,7 +64,7 @@ func (a *app) statsCmd() *cobra.Command {
 		Long: `stats asks a running ack monitor (--monitor, default monitor.url from the
 configuration) for the mesh-wide ack, NACK and timeout rates over its sliding
 window (/api/v1/summary), the per-agent and per-priority rates
-(/api/v1/agents) and the active alerts (/api/v1/alerts). Thresholds (seed 000):
+(/api/v1/agents) and the active alerts (/api/v1/alerts). Default thresholds:
 ack rate below 95% warning, below 90% critical; timeout rate above 5% warning,
 above 10% critical.` + exitCodesHelp,
 		Args: cobra.NoArgs,

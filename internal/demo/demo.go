@@ -1,5 +1,5 @@
-// Package demo runs the demo agents of `agentmesh demo`: seed 001's
-// Complete Communication Flow (an orchestrator has a planner plan the
+// Package demo runs the demo agents of `agentmesh demo`: the complete
+// communication flow (an orchestrator has a planner plan the
 // update of CUST001's credit limit, executors carry the plan out and a
 // validator checks it) and a second workflow that goes wrong on purpose
 // (a busy executor NACKs and is retried with backoff, then succeeds; a
@@ -322,14 +322,14 @@ func newIDs(kind string) (wf, corr string) {
 	return "wf_" + kind + "_" + id, agentkit.NewCorrelationID("demo_"+kind, id, time.Now())
 }
 
-// RunCreditLimit runs seed 001's Complete Communication Flow: plan_workflow
+// RunCreditLimit runs the complete communication flow: plan_workflow
 // → plan_complete; for each task of the plan execute_operation →
 // execution_complete or validate → validation_result; then
 // workflow_complete to the director.
 func (m *Mesh) RunCreditLimit(ctx context.Context) (*Workflow, error) {
 	orch := m.agents[Orchestrator]
 	wfID, corr := newIDs("credit")
-	w := &Workflow{Name: "credit limit update (seed 001)", WorkflowID: wfID, Correlation: corr,
+	w := &Workflow{Name: "credit limit update", WorkflowID: wfID, Correlation: corr,
 		Expected: "every step succeeds and CUST001's credit limit is 100000"}
 	start := time.Now()
 	common := []agentkit.SendOption{agentkit.WithWorkflowID(wfID), agentkit.WithCorrelationID(corr), agentkit.WithPriority(agentkit.PriorityHigh)}

@@ -51,7 +51,7 @@ type operation struct {
 	CreditLimit int    `json:"credit_limit"`
 }
 
-// plan answers plan_workflow with seed 001's three tasks.
+// plan answers plan_workflow with a plan of three tasks.
 func (m *Mesh) plan(ctx context.Context, msg *agentkit.Message) error {
 	var req struct {
 		Operation  string `json:"operation"`
