@@ -13,6 +13,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -59,7 +60,7 @@ func benchIntake(b *testing.B, kind storeKind) {
 	n := b.N
 	for i := range n {
 		msg := &nats.Msg{Subject: "mesh.agent.b.normal.a", Data: []byte(`{}`), Header: nats.Header{
-			agentkit.HeaderMsgID: {"bench-" + strconv.Itoa(i)}, agentkit.HeaderType: {"request"}, agentkit.HeaderAction: {"work"}}}
+			wire.HeaderMsgID: {"bench-" + strconv.Itoa(i)}, wire.HeaderType: {"request"}, wire.HeaderAction: {"work"}}}
 		if _, err := js.PublishMsgAsync(msg); err != nil {
 			b.Fatal(err)
 		}
@@ -173,7 +174,7 @@ func benchLive(b *testing.B, kind storeKind) {
 	start := time.Now()
 	for i := range n {
 		msg := &nats.Msg{Subject: "mesh.agent.b.normal.a", Data: []byte(`{}`), Header: nats.Header{
-			agentkit.HeaderMsgID: {"live-" + strconv.Itoa(i)}, agentkit.HeaderType: {"request"}, agentkit.HeaderAction: {"work"}}}
+			wire.HeaderMsgID: {"live-" + strconv.Itoa(i)}, wire.HeaderType: {"request"}, wire.HeaderAction: {"work"}}}
 		if _, err := js.PublishMsgAsync(msg); err != nil {
 			b.Fatal(err)
 		}
@@ -258,7 +259,7 @@ func benchDeadLetters(b *testing.B, kind storeKind, connect func() *nats.Conn, r
 	for i := range n {
 		id := "dead-" + strconv.Itoa(i)
 		msg := &nats.Msg{Subject: "mesh.agent.b.normal.a", Data: body, Header: nats.Header{
-			agentkit.HeaderMsgID: {id}, agentkit.HeaderType: {"request"}, agentkit.HeaderAction: {"work"}}}
+			wire.HeaderMsgID: {id}, wire.HeaderType: {"request"}, wire.HeaderAction: {"work"}}}
 		if _, err := js.PublishMsgAsync(msg); err != nil {
 			b.Fatal(err)
 		}

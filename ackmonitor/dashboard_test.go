@@ -19,6 +19,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // chromiumPath returns the headless browser, failing under CI=true and
@@ -66,10 +67,10 @@ func TestDashboard_InBrowser(t *testing.T) {
 	m.agent("worker", map[string]agentkit.HandlerFunc{
 		"ok": func(context.Context, *agentkit.Message) error { return nil },
 		"reject": func(context.Context, *agentkit.Message) error {
-			return agentkit.Reject(agentkit.CodeRejected, "bad order")
+			return agentkit.Reject(wire.CodeRejected, "bad order")
 		},
 		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(10 * time.Millisecond) },
-	}, agentkit.WithPolicy(agentkit.PriorityNormal, agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second},
+	}, agentkit.WithPolicy(wire.PriorityNormal, agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second},
 		MaxDeliver: 2, ProcessingLimit: 5 * time.Second, Prefetch: 16, MaxAckPending: 100}))
 	m.agent("planner", map[string]agentkit.HandlerFunc{
 		"plan": func(context.Context, *agentkit.Message) error { return nil },
@@ -92,7 +93,7 @@ func TestDashboard_InBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if _, err := client.Send(ctx, "planner", "plan", nil, agentkit.WithPriority(agentkit.PriorityHigh)); err != nil {
+		if _, err := client.Send(ctx, "planner", "plan", nil, agentkit.WithPriority(wire.PriorityHigh)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -54,7 +55,7 @@ func TestFollowUp_DeadLettersWhateverPeersWrote(t *testing.T) {
 	js := m.jetstream()
 	longReason := "x" + strings.Repeat("é", 50000)
 	termAll(t, js, func(msg jetstream.Msg) string {
-		if msg.Headers().Get(agentkit.HeaderAction) == "long_reason" {
+		if msg.Headers().Get(wire.HeaderAction) == "long_reason" {
 			return longReason
 		}
 		return "REJECTED: no"
@@ -67,7 +68,7 @@ func TestFollowUp_DeadLettersWhateverPeersWrote(t *testing.T) {
 		if h == nil {
 			h = nats.Header{}
 		}
-		h.Set(agentkit.HeaderAction, action)
+		h.Set(wire.HeaderAction, action)
 		h.Set(jetstream.MsgIDHeader, action)
 		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "mesh.agent.worker.normal.client", Header: h, Data: body})
 		if err != nil {
@@ -77,7 +78,7 @@ func TestFollowUp_DeadLettersWhateverPeersWrote(t *testing.T) {
 	}
 	seqs := map[string]uint64{
 		"long_reason": publish("long_reason", nil, []byte(`{}`)),
-		"long_header": publish("long_header", nats.Header{agentkit.HeaderTaskID: {strings.Repeat("t", 60<<10)}}, []byte(`{}`)),
+		"long_header": publish("long_header", nats.Header{wire.HeaderTaskID: {strings.Repeat("t", 60<<10)}}, []byte(`{}`)),
 		"full":        publish("full", nil, make([]byte, int(nc.MaxPayload())-200)),
 		"expected":    publish("expected", nats.Header{jetstream.ExpectedStreamHeader: {subjects.Default.Stream()}}, []byte(`{}`)),
 	}
@@ -107,7 +108,7 @@ func TestFollowUp_DeadLettersWhateverPeersWrote(t *testing.T) {
 		t.Errorf("reason of %d bytes, valid UTF-8 %v: %.40q ... %q", len(reason), utf8.ValidString(reason), reason, reason[max(len(reason)-20, 0):])
 	}
 	c := copyOf("long_header")
-	if task := c.Header.Get(agentkit.HeaderTaskID); len(task) > 4096 || !strings.HasSuffix(task, "…(truncated)") {
+	if task := c.Header.Get(wire.HeaderTaskID); len(task) > 4096 || !strings.HasSuffix(task, "…(truncated)") {
 		t.Errorf("task id header of %d bytes, ending %q", len(task), task[max(len(task)-20, 0):])
 	}
 	if string(c.Data) != `{}` {

@@ -9,14 +9,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // ActionEscalation is the action of the envelope the monitor sends to a
 // sender's director when a message is exhausted (the specification's
 // "escalate to parent director").
-const ActionEscalation = agentkit.ActionEscalation
+const ActionEscalation = protocol.ActionEscalation
 
 // Headers the monitor adds to a dead letter; the original's headers are kept.
 const (
@@ -31,7 +31,7 @@ const (
 
 // Escalation is the payload of an escalation envelope; the type lives in
 // agentkit so directors need not import the monitor.
-type Escalation = agentkit.Escalation
+type Escalation = protocol.Escalation
 
 // DirectorResolver names the director an agent escalates to.
 type DirectorResolver interface {

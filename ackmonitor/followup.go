@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -214,7 +215,7 @@ func permanent(err error) bool {
 	var api *jetstream.APIError
 	return errors.As(err, &api) && api.Code == 400 ||
 		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg) ||
-		errors.Is(err, subjects.ErrInvalidToken) || errors.Is(err, agentkit.ErrInvalidEnvelope) ||
+		errors.Is(err, subjects.ErrInvalidToken) || errors.Is(err, wire.ErrInvalidEnvelope) ||
 		errors.Is(err, errPermanent)
 }
 
@@ -416,10 +417,10 @@ func (f *followUps) prepare(t *followUpTask) {
 			esc.Sender = sub.Sender
 		}
 		h := orig.Header
-		esc.MessageID = first(esc.MessageID, h.Get(agentkit.HeaderMsgID))
-		esc.CorrelationID = first(esc.CorrelationID, h.Get(agentkit.HeaderCorrelation))
-		esc.WorkflowID = first(esc.WorkflowID, h.Get(agentkit.HeaderWorkflow))
-		esc.InReplyTo = first(esc.InReplyTo, h.Get(agentkit.HeaderInReplyTo))
+		esc.MessageID = first(esc.MessageID, h.Get(wire.HeaderMsgID))
+		esc.CorrelationID = first(esc.CorrelationID, h.Get(wire.HeaderCorrelation))
+		esc.WorkflowID = first(esc.WorkflowID, h.Get(wire.HeaderWorkflow))
+		esc.InReplyTo = first(esc.InReplyTo, h.Get(wire.HeaderInReplyTo))
 		if json.Valid(orig.Data) {
 			esc.Original = orig.Data
 		}
@@ -587,10 +588,10 @@ func (f *followUps) escalateAll(ctx context.Context, tasks []*followUpTask, now 
 			t.fail(fmt.Errorf("ackmonitor: escalation payload (%w): %w", errPermanent, err))
 			return
 		}
-		env := agentkit.NewEnvelope(agentkit.TypeNotification, f.cfg.MonitorID, ActionEscalation)
+		env := wire.NewEnvelope(wire.TypeNotification, f.cfg.MonitorID, ActionEscalation)
 		env.MessageID = escalationID(t.r)
 		env.ReceiverID = director
-		env.Priority = agentkit.PriorityHigh
+		env.Priority = wire.PriorityHigh
 		if c := first(envelopeID(t.esc.CorrelationID), envelopeID(t.esc.MessageID)); c != "" {
 			env.Correlation = c
 		}

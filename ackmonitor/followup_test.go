@@ -18,6 +18,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -56,7 +57,7 @@ func TestFollowUp_RetriesUntilTheDLQTakesIt(t *testing.T) {
 	}
 
 	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeRejected, "never")
+		return agentkit.Reject(wire.CodeRejected, "never")
 	}})
 	env, err := m.agent("client", nil).Send(ctx, "worker", "reject", nil)
 	if err != nil {
@@ -137,7 +138,7 @@ func TestFollowUp_RetriedAfterItsCopyStoresEachOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toDirector, err := subjects.Default.DirectFilter("director", string(agentkit.PriorityHigh))
+	toDirector, err := subjects.Default.DirectFilter("director", string(wire.PriorityHigh))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestFollowUp_FailingRowsDoNotHoldUpOthers(t *testing.T) {
 	})
 	startMonitor(t, m.s, cfg)
 	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeRejected, "never")
+		return agentkit.Reject(wire.CodeRejected, "never")
 	}})
 	orphan := m.agent("orphan", nil)
 	const page = 64 // the follow-up loop's page
@@ -248,7 +249,7 @@ func TestFollowUp_RetryDoesNotCopyAgain(t *testing.T) {
 	})
 	startMonitor(t, m.s, cfg)
 	m.agent("worker", map[string]agentkit.HandlerFunc{"reject": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeRejected, "never")
+		return agentkit.Reject(wire.CodeRejected, "never")
 	}})
 	if _, err := m.agent("client", nil).Send(ctx, "worker", "reject", nil); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -255,7 +256,7 @@ func takeoverMesh(t *testing.T) (*mesh, store.Store, *escalations, agentkit.Opti
 	m.agent("director", map[string]agentkit.HandlerFunc{ackmonitor.ActionEscalation: dir.handler})
 	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{5 * time.Second, 5 * time.Second}, MaxDeliver: 2,
 		ProcessingLimit: 10 * time.Second, Prefetch: 1, MaxAckPending: 100}
-	return m, openStore(t, sqliteStore), dir, agentkit.WithPolicy(agentkit.PriorityNormal, pol)
+	return m, openStore(t, sqliteStore), dir, agentkit.WithPolicy(wire.PriorityNormal, pol)
 }
 
 // holdingStore holds the first batch with a NAK event, then fails it: an

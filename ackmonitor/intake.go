@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
-	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -141,10 +141,10 @@ func (in *intake) parseSend(msg jetstream.Msg) (store.Send, bool) {
 		return store.Send{}, false
 	}
 	h := msg.Headers()
-	s := store.Send{StreamSeq: md.Sequence.Stream, MessageID: h.Get(agentkit.HeaderMsgID), Sender: sub.Sender,
-		Kind: string(sub.Kind), Priority: sub.Priority, MessageType: h.Get(agentkit.HeaderType),
-		Action: h.Get(agentkit.HeaderAction), Correlation: h.Get(agentkit.HeaderCorrelation),
-		Workflow: h.Get(agentkit.HeaderWorkflow), InReplyTo: h.Get(agentkit.HeaderInReplyTo), SentAt: md.Timestamp.UTC()}
+	s := store.Send{StreamSeq: md.Sequence.Stream, MessageID: h.Get(wire.HeaderMsgID), Sender: sub.Sender,
+		Kind: string(sub.Kind), Priority: sub.Priority, MessageType: h.Get(wire.HeaderType),
+		Action: h.Get(wire.HeaderAction), Correlation: h.Get(wire.HeaderCorrelation),
+		Workflow: h.Get(wire.HeaderWorkflow), InReplyTo: h.Get(wire.HeaderInReplyTo), SentAt: md.Timestamp.UTC()}
 	switch sub.Kind {
 	case subjects.KindDirect:
 		s.Receiver = sub.Receiver

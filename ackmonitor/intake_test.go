@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -34,7 +35,7 @@ func TestIntake_PullsDropNothing(t *testing.T) {
 	mon := startMonitor(t, m.s, cfg)
 	eventually(t, 20*time.Second, "the monitor active", mon.Active)
 
-	envs := make([]*agentkit.Envelope, n)
+	envs := make([]*wire.Envelope, n)
 	for i := range envs {
 		var err error
 		if envs[i], err = client.NewRequest(ctx, "worker", "ok", nil); err != nil {
@@ -104,7 +105,7 @@ func TestIntake_RefusedMessageHoldsUpNothing(t *testing.T) {
 	ctx := testCtx(t)
 	m.agent("worker", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})
 	client := m.agent("client", nil)
-	envs := []*agentkit.Envelope{}
+	envs := []*wire.Envelope{}
 	for i := range others + 1 {
 		var opts []agentkit.SendOption
 		if i == others/2 {

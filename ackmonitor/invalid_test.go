@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -24,7 +25,7 @@ import (
 // agentkit would: their receiver terminates them as invalid.
 func publishInvalid(t *testing.T, js jetstream.JetStream, sender, receiver string, n int) {
 	t.Helper()
-	subject, err := subjects.Default.Direct(receiver, string(agentkit.PriorityNormal), sender)
+	subject, err := subjects.Default.Direct(receiver, string(wire.PriorityNormal), sender)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 
 	// Now a receiver that fails valid messages.
 	m.agent("z_failing", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error {
-		return agentkit.Reject(agentkit.CodeNotFound, "no such customer")
+		return agentkit.Reject(wire.CodeNotFound, "no such customer")
 	}})
 	for range perReceiver {
 		if _, err := client.Send(ctx, "z_failing", "ok", nil); err != nil {

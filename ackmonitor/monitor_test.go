@@ -14,6 +14,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -32,13 +33,13 @@ const (
 type escalations struct {
 	mu   sync.Mutex
 	got  []ackmonitor.Escalation
-	envs []*agentkit.Envelope
+	envs []*wire.Envelope
 }
 
 func (e *escalations) handler(_ context.Context, m *agentkit.Message) error {
 	var esc ackmonitor.Escalation
 	if err := m.DecodePayload(&esc); err != nil {
-		return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+		return agentkit.Reject(wire.CodeInvalid, err.Error())
 	}
 	e.mu.Lock()
 	e.got = append(e.got, esc)
@@ -84,17 +85,17 @@ func testScenario(t *testing.T, kind storeKind) {
 			return nil
 		},
 		"reject": func(context.Context, *agentkit.Message) error {
-			return agentkit.Reject(agentkit.CodeNotFound, "customer not found")
+			return agentkit.Reject(wire.CodeNotFound, "customer not found")
 		},
 		"never": func(context.Context, *agentkit.Message) error { return agentkit.Busy(20 * time.Millisecond) },
-	}, agentkit.WithPolicy(agentkit.PriorityNormal, pol))
+	}, agentkit.WithPolicy(wire.PriorityNormal, pol))
 	client := m.agent("client", nil)
 
 	cfg := fastConfig(st)
 	mon := startMonitor(t, m.s, cfg)
 
-	send := func(action string, n int) []*agentkit.Envelope {
-		var out []*agentkit.Envelope
+	send := func(action string, n int) []*wire.Envelope {
+		var out []*wire.Envelope
 		for i := range n {
 			env, err := client.Send(ctx, "worker", action, map[string]int{"i": i},
 				agentkit.WithWorkflowID("wf-1"), agentkit.WithCorrelationID("corr-"+action))
@@ -161,7 +162,7 @@ func testScenario(t *testing.T, kind storeKind) {
 	// Exactly one escalation per exhausted message, at the right director,
 	// carrying the original and the correlation chain.
 	eventually(t, 30*time.Second, "escalations", func() bool { return len(dir.list()) >= nNever })
-	byID := map[string]*agentkit.Envelope{}
+	byID := map[string]*wire.Envelope{}
 	for _, e := range never {
 		byID[e.MessageID] = e
 	}
@@ -175,7 +176,7 @@ func testScenario(t *testing.T, kind storeKind) {
 			esc.Receiver != "worker" || esc.CorrelationID != "corr-never" || esc.WorkflowID != "wf-1" || len(esc.Reasons) != maxDel+1 {
 			t.Errorf("escalation = %+v", esc)
 		}
-		got, err := agentkit.Decode(esc.Original)
+		got, err := wire.Decode(esc.Original)
 		if err != nil || got.MessageID != orig.MessageID || got.Action != "never" {
 			t.Errorf("escalation original = %s, %v", esc.Original, err)
 		}
@@ -185,7 +186,7 @@ func testScenario(t *testing.T, kind storeKind) {
 	}
 	dir.mu.Lock()
 	for _, env := range dir.envs {
-		if env.SenderID != "ackmonitor" || env.Priority != agentkit.PriorityHigh || env.MessageType != agentkit.TypeNotification {
+		if env.SenderID != "ackmonitor" || env.Priority != wire.PriorityHigh || env.MessageType != wire.TypeNotification {
 			t.Errorf("escalation envelope %+v", env)
 		}
 	}
@@ -206,7 +207,7 @@ func testScenario(t *testing.T, kind storeKind) {
 			t.Fatal(err)
 		}
 		dlqIDs[msg.Header.Get(ackmonitor.HeaderDLQOriginalID)] = msg.Header.Get(ackmonitor.HeaderDLQStatus)
-		if msg.Subject != "mesh.dlq.worker.normal.client" || msg.Header.Get(agentkit.HeaderWorkflow) != "wf-1" {
+		if msg.Subject != "mesh.dlq.worker.normal.client" || msg.Header.Get(wire.HeaderWorkflow) != "wf-1" {
 			t.Errorf("dead letter %d: %s %v", seq, msg.Subject, msg.Header)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
@@ -46,7 +47,7 @@ func testRefusedTerm(t *testing.T, kind storeKind, traffic bool) {
 	ctx := testCtx(t)
 	m.agent("worker", map[string]agentkit.HandlerFunc{
 		"ok":     func(context.Context, *agentkit.Message) error { return nil },
-		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeRejected, "no") },
+		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(wire.CodeRejected, "no") },
 	}, agentkit.WithSampleFrequency("0")) // its ACKs are only ever inferred
 	m.agent("sampled", map[string]agentkit.HandlerFunc{"ok": func(context.Context, *agentkit.Message) error { return nil }})
 	client := m.agent("client", nil)

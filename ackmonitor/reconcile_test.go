@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 )
 
@@ -24,7 +25,7 @@ func TestReconcile_InfersUnsampledAcks(t *testing.T) {
 	ctx := testCtx(t)
 	handlers := map[string]agentkit.HandlerFunc{
 		"ok":     func(context.Context, *agentkit.Message) error { return nil },
-		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(agentkit.CodeRejected, "no") },
+		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(wire.CodeRejected, "no") },
 	}
 	m.agent("unsampled", handlers, agentkit.WithSampleFrequency("0"))
 	m.agent("sampled", handlers)

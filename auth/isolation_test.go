@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
@@ -87,7 +88,7 @@ func TestIsolation(t *testing.T) {
 			t.Fatalf("B saw sender %q, want A", s)
 		}
 		// B reads its own consumer info (pending counts).
-		if _, err := b.ConsumerInfo(ctx, agentkit.PriorityNormal); err != nil {
+		if _, err := b.ConsumerInfo(ctx, wire.PriorityNormal); err != nil {
 			t.Fatalf("B's own consumer info: %v", err)
 		}
 	})

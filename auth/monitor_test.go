@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -108,7 +109,7 @@ func TestMonitor(t *testing.T) {
 		t.Fatalf("events wake-up: %v", err)
 	}
 	mon := isolatedAgent(t, nc, auth.DefaultMonitorID)
-	if _, err := mon.Send(ctx, "A", agentkit.ActionEscalation, nil); err != nil {
+	if _, err := mon.Send(ctx, "A", protocol.ActionEscalation, nil); err != nil {
 		t.Fatalf("escalation: %v", err)
 	}
 	if n := w.Count(); n != 0 {

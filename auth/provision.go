@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -18,7 +19,7 @@ type ProvisionOptions struct {
 	Replicas int
 	// Policies replaces the delivery policy of the priorities it lists, as
 	// agentkit.WithPolicy would. Default: agentkit.DefaultPolicies.
-	Policies map[agentkit.Priority]agentkit.DeliveryPolicy
+	Policies map[wire.Priority]agentkit.DeliveryPolicy
 	// SampleFrequency is the consumers' ack sampling for the ack monitor,
 	// as agentkit.WithSampleFrequency would set it. Default: "100".
 	SampleFrequency string
@@ -48,7 +49,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 	}
 	stream := scheme.Stream()
 	for _, a := range agents {
-		for _, p := range agentkit.Priorities {
+		for _, p := range wire.Priorities {
 			cfg, err := ConsumerConfig(scheme, a, p, policies[p])
 			if err != nil {
 				return err
@@ -85,7 +86,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 //
 // It is [agentkit.ConsumerConfig] for a spec, so provisioned consumers are
 // exactly those agentkit would create.
-func ConsumerConfig(s subjects.Scheme, a AgentSpec, p agentkit.Priority, pol agentkit.DeliveryPolicy) (jetstream.ConsumerConfig, error) {
+func ConsumerConfig(s subjects.Scheme, a AgentSpec, p wire.Priority, pol agentkit.DeliveryPolicy) (jetstream.ConsumerConfig, error) {
 	cfg, err := agentkit.ConsumerConfig(s, a.ID, p, pol, a.Topics)
 	if err != nil {
 		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: agent %q: %w", ErrInvalidSpec, a.ID, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -20,10 +21,10 @@ import (
 
 // consumerConfigs returns the server's configuration of agent id's five
 // consumers.
-func consumerConfigs(t *testing.T, ctx context.Context, js jetstream.JetStream, id string) map[agentkit.Priority]jetstream.ConsumerConfig {
+func consumerConfigs(t *testing.T, ctx context.Context, js jetstream.JetStream, id string) map[wire.Priority]jetstream.ConsumerConfig {
 	t.Helper()
-	out := map[agentkit.Priority]jetstream.ConsumerConfig{}
-	for _, p := range agentkit.Priorities {
+	out := map[wire.Priority]jetstream.ConsumerConfig{}
+	for _, p := range wire.Priorities {
 		name, _ := subjects.Default.Consumer(id, string(p))
 		c, err := js.Consumer(ctx, subjects.Default.Stream(), name)
 		if err != nil {
@@ -57,7 +58,7 @@ func TestProvision_matchesAgentkit(t *testing.T) {
 	}
 	a.Stop()
 	want := consumerConfigs(t, ctx, js, spec.ID)
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		name, _ := subjects.Default.Consumer(spec.ID, string(p))
 		if err := js.DeleteConsumer(ctx, subjects.Default.Stream(), name); err != nil {
 			t.Fatal(err)
@@ -67,7 +68,7 @@ func TestProvision_matchesAgentkit(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := consumerConfigs(t, ctx, js, spec.ID)
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		if !reflect.DeepEqual(got[p], want[p]) {
 			t.Errorf("%s consumer:\nProvision: %+v\nagentkit:  %+v", p, got[p], want[p])
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
@@ -57,14 +58,14 @@ func TestRegistration_deliverSubject(t *testing.T) {
 	}
 
 	// A forged envelope from C, written where A may write.
-	forged := agentkit.NewEnvelope(agentkit.TypeRequest, "C", "pay")
+	forged := wire.NewEnvelope(wire.TypeRequest, "C", "pay")
 	forged.ReceiverID = "B"
 	data, err := forged.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ncA.RequestMsgWithContext(ctx, &nats.Msg{Subject: "$KV.mesh_registry.health.zz", Data: data, Header: nats.Header{
-		agentkit.HeaderMsgID: {forged.MessageID}, agentkit.HeaderType: {"request"}, agentkit.HeaderAction: {"pay"},
+		wire.HeaderMsgID: {forged.MessageID}, wire.HeaderType: {"request"}, wire.HeaderAction: {"pay"},
 	}}); err != nil {
 		t.Fatalf("write the forged entry: %v", err)
 	}

@@ -46,6 +46,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -287,7 +288,7 @@ func (c *Config) setDefaults() {
 		c.Mesh.Replicas = 1
 	}
 	defs := agentkit.DefaultPolicies()
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		pol := c.Agent.Policies.get(p)
 		d := defs[p]
 		if len(pol.BackOff) == 0 {
@@ -376,15 +377,15 @@ func (c *Config) setDefaults() {
 }
 
 // get returns a pointer to the policy of p.
-func (ps *Policies) get(p agentkit.Priority) *Policy {
+func (ps *Policies) get(p wire.Priority) *Policy {
 	switch p {
-	case agentkit.PriorityCritical:
+	case wire.PriorityCritical:
 		return &ps.Critical
-	case agentkit.PriorityHigh:
+	case wire.PriorityHigh:
 		return &ps.High
-	case agentkit.PriorityNormal:
+	case wire.PriorityNormal:
 		return &ps.Normal
-	case agentkit.PriorityLow:
+	case wire.PriorityLow:
 		return &ps.Low
 	default:
 		return &ps.Batch
@@ -392,7 +393,7 @@ func (ps *Policies) get(p agentkit.Priority) *Policy {
 }
 
 // Policy returns the delivery policy of priority p as agentkit's type.
-func (a Agent) Policy(p agentkit.Priority) agentkit.DeliveryPolicy {
+func (a Agent) Policy(p wire.Priority) agentkit.DeliveryPolicy {
 	pol := *a.Policies.get(p)
 	return agentkit.DeliveryPolicy{
 		BackOff:         append([]time.Duration(nil), pol.BackOff...),

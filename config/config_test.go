@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/config"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
@@ -83,7 +84,7 @@ func TestLoad_FileOverlaysDefaults(t *testing.T) {
 	if c.Mesh.Prefix != "team_a" || c.Mesh.Replicas != 3 {
 		t.Errorf("mesh = %+v", c.Mesh)
 	}
-	hp := c.Agent.Policy(agentkit.PriorityHigh)
+	hp := c.Agent.Policy(wire.PriorityHigh)
 	if !reflect.DeepEqual(hp.BackOff, []time.Duration{time.Second, 2 * time.Second}) || hp.MaxDeliver != 3 || hp.ProcessingLimit != 5*time.Minute {
 		t.Errorf("high policy = %+v", hp)
 	}
@@ -100,10 +101,10 @@ func TestLoad_FixedPrefetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lp := c.Agent.Policy(agentkit.PriorityLow); lp.Prefetch != 4 || lp.MaxPrefetch != 0 {
+	if lp := c.Agent.Policy(wire.PriorityLow); lp.Prefetch != 4 || lp.MaxPrefetch != 0 {
 		t.Errorf("low policy = %+v, want prefetch 4 and max_prefetch 0", lp)
 	}
-	if np := c.Agent.Policy(agentkit.PriorityNormal); np.MaxPrefetch != agentkit.DefaultPolicies()[agentkit.PriorityNormal].MaxPrefetch {
+	if np := c.Agent.Policy(wire.PriorityNormal); np.MaxPrefetch != agentkit.DefaultPolicies()[wire.PriorityNormal].MaxPrefetch {
 		t.Errorf("normal policy = %+v, want the default max_prefetch", np)
 	}
 }
@@ -177,7 +178,7 @@ func TestEnv_EveryOverride(t *testing.T) {
 		{"AGENTMESH_DEV_LISTEN", "0.0.0.0:4333", func(c *config.Config) bool { return c.Dev.Listen == "0.0.0.0:4333" }},
 	}
 	// Every field of every priority's policy.
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		up := "AGENTMESH_AGENT_POLICIES_" + strings.ToUpper(string(p))
 		tests = append(tests,
 			envCase{up + "_BACKOFF", "1s,2s", func(c *config.Config) bool {
@@ -306,7 +307,7 @@ func TestAgentOptions_Apply(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Stop()
-	info, err := a.ConsumerInfo(ctx, agentkit.PriorityHigh)
+	info, err := a.ConsumerInfo(ctx, wire.PriorityHigh)
 	if err != nil {
 		t.Fatal(err)
 	}

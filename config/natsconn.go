@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -114,7 +115,7 @@ func (c *Config) AgentOptions() ([]agentkit.Option, error) {
 		agentkit.WithPublishTimeout(c.Agent.PublishTimeout),
 		agentkit.WithSampleFrequency(strconv.Itoa(c.Monitor.SampleFrequency)),
 	}
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		opts = append(opts, agentkit.WithPolicy(p, c.Agent.Policy(p)))
 	}
 	return opts, nil

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -105,7 +105,7 @@ func (c *Config) Validate() error {
 		bad("mesh.replicas", r, "must be 1 to 5")
 	}
 
-	for _, p := range agentkit.Priorities {
+	for _, p := range wire.Priorities {
 		field := "agent.policies." + string(p)
 		pol := c.Agent.Policies.get(p)
 		// The same rules as agentkit.WithPolicy, each naming its field.

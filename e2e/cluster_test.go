@@ -24,6 +24,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/demo"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
@@ -85,7 +86,7 @@ func TestCluster_DemoWorkflows(t *testing.T) {
 	if !f.OK {
 		t.Fatalf("failure workflow did not end as expected: %+v", f.Steps)
 	}
-	info, err := m.Agent(demo.Planner).ConsumerInfo(ctx, agentkit.PriorityHigh)
+	info, err := m.Agent(demo.Planner).ConsumerInfo(ctx, wire.PriorityHigh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func waitSettled(t *testing.T, ctx context.Context, agents ...*agentkit.Agent) {
 	t.Helper()
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		for _, a := range agents {
-			info, err := a.ConsumerInfo(ctx, agentkit.PriorityNormal)
+			info, err := a.ConsumerInfo(ctx, wire.PriorityNormal)
 			if err != nil {
 				return err
 			}
@@ -217,7 +218,7 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 	var asyncErrs atomic.Int64
 	opts := func() []agentkit.Option {
 		return []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
-			agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second),
+			agentkit.WithPolicy(wire.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second),
 			agentkit.WithErrorHandler(func(error) { asyncErrs.Add(1) })}
 	}
 	l := &ledger{seen: make(map[string]int, total)}
@@ -247,7 +248,7 @@ func TestCluster_LeaderFailoverUnderLoad(t *testing.T) {
 		sent = append(sent, a)
 		halfSent.Add(1)
 		sendWG.Go(func() {
-			envs := make([]*agentkit.Envelope, 0, batch)
+			envs := make([]*wire.Envelope, 0, batch)
 			for i := range total / senders {
 				if i == total/senders/2 {
 					halfSent.Done()
@@ -364,7 +365,7 @@ func newLeaderChanges(t *testing.T, prefix string) *leaderChanges {
 	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second},
 		MaxDeliver: 10, ProcessingLimit: 30 * time.Second, Prefetch: 64, MaxAckPending: 5000}
 	r.opts = []agentkit.Option{agentkit.WithScheme(r.scheme), agentkit.WithReplicas(3),
-		agentkit.WithPolicy(agentkit.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
+		agentkit.WithPolicy(wire.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
 	return r
 }
 
@@ -454,7 +455,7 @@ func (r *leaderChanges) monitor(t *testing.T, ctx context.Context, cfg ackmonito
 // SendBatch.
 func sendWork(t *testing.T, ctx context.Context, sender *agentkit.Agent, n int, payload any) {
 	t.Helper()
-	envs := make([]*agentkit.Envelope, n)
+	envs := make([]*wire.Envelope, n)
 	for i := range envs {
 		var err error
 		if envs[i], err = sender.NewRequest(ctx, "worker", "work", payload); err != nil {
@@ -559,7 +560,7 @@ func TestCluster_ConsumerLeaderChanges(t *testing.T) {
 			t.Errorf("receiver: %v", err)
 		}
 	}))
-	consumer, _ := r.scheme.Consumer("worker", string(agentkit.PriorityNormal))
+	consumer, _ := r.scheme.Consumer("worker", string(wire.PriorityNormal))
 
 	// Once the receiver has handled a message, step the consumer's leader
 	// down while it works, noting how many messages were handled at each
@@ -674,8 +675,8 @@ func TestCluster_DeadLettersAcrossDLQStreamLeaderChanges(t *testing.T) {
 
 	// The receiver: worker's normal consumer, as agentkit configures it,
 	// terminating every message it is delivered.
-	consumer, _ := r.scheme.Consumer("worker", string(agentkit.PriorityNormal))
-	filter, _ := r.scheme.DirectFilter("worker", string(agentkit.PriorityNormal))
+	consumer, _ := r.scheme.Consumer("worker", string(wire.PriorityNormal))
+	filter, _ := r.scheme.DirectFilter("worker", string(wire.PriorityNormal))
 	var cons jetstream.Consumer
 	natstest.WaitFor(t, 20*time.Second, func() error {
 		var err error
@@ -690,7 +691,7 @@ func TestCluster_DeadLettersAcrossDLQStreamLeaderChanges(t *testing.T) {
 			return // delivered again
 		}
 		mu.Lock()
-		terminated[m.Headers().Get(agentkit.HeaderMsgID)]++
+		terminated[m.Headers().Get(wire.HeaderMsgID)]++
 		mu.Unlock()
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -42,7 +43,7 @@ type hostileMesh struct {
 // newHostileMesh starts a server with the authorization of specs
 // (payload store rights on) and provisions the stream, every agent's
 // consumers with policies, and the payload store.
-func newHostileMesh(t *testing.T, specs []auth.AgentSpec, policies map[agentkit.Priority]agentkit.DeliveryPolicy) *hostileMesh {
+func newHostileMesh(t *testing.T, specs []auth.AgentSpec, policies map[wire.Priority]agentkit.DeliveryPolicy) *hostileMesh {
 	t.Helper()
 	b, err := auth.Generate(specs, auth.Options{Payloads: true})
 	if err != nil {

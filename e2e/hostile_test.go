@@ -20,6 +20,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -67,10 +68,10 @@ const (
 // hostileCase is one hostile message.
 type hostileCase struct {
 	category, name string
-	kind           subjects.Kind     // direct (default), broadcast or topic
-	to             string            // receiver of a direct message (default: by position)
-	prio           agentkit.Priority // default: by position, among critical, high, normal
-	subject        string            // a raw subject instead of the one kind, to and prio make
+	kind           subjects.Kind // direct (default), broadcast or topic
+	to             string        // receiver of a direct message (default: by position)
+	prio           wire.Priority // default: by position, among critical, high, normal
+	subject        string        // a raw subject instead of the one kind, to and prio make
 	env            func(e map[string]any)
 	body           func(c *hostileCase, base []byte) []byte
 	header         func(c *hostileCase, h nats.Header, ml *hostileMallory)
@@ -163,7 +164,7 @@ func objectEnvelope(c *hostileCase, n int, mutate func(map[string]any)) []byte {
 
 // refHeader marks c as a large envelope stored under its message_id.
 func refHeader(c *hostileCase, h nats.Header, _ *hostileMallory) {
-	h.Set(agentkit.HeaderEnvelopeRef, c.id)
+	h.Set(wire.HeaderEnvelopeRef, c.id)
 }
 
 func withHeader(key, value string) func(*hostileCase, nats.Header, *hostileMallory) {
@@ -197,14 +198,14 @@ func hostileCorpus() []hostileCase {
 	// is sent; to validator at low and batch (executor at low for a
 	// valid body), where nothing else of the corpus goes.
 	add(
-		hostileCase{category: "client library", name: "Nats-Pin-Id on a valid request", to: "validator", prio: agentkit.PriorityLow,
+		hostileCase{category: "client library", name: "Nats-Pin-Id on a valid request", to: "validator", prio: wire.PriorityLow,
 			header: withHeader("Nats-Pin-Id", "forged-pin"), want: invOrHandled},
 		// Empty bodies with a Status header, which nats.go takes for the
 		// server's status messages, are left to
 		// agentkit's TestHostileInput_ForgedStatusMessages: they never
 		// reach the runtime, and some end the receiver's iterator, which
 		// costs the messages in flight an attempt.
-		hostileCase{category: "client library", name: "valid request with Status 409 headers", to: "executor", prio: agentkit.PriorityLow,
+		hostileCase{category: "client library", name: "valid request with Status 409 headers", to: "executor", prio: wire.PriorityLow,
 			header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) {
 				h.Set("Status", "409")
 				h.Set("Description", "Consumer Deleted")
@@ -214,31 +215,31 @@ func hostileCorpus() []hostileCase {
 	// Oversize values on every Mesh-* header, and on the other headers the
 	// receive path reads (Nats-Msg-Id, traceparent).
 	add(
-		hostileCase{category: "header: oversize", name: "Mesh-Envelope-Ref of 3,100 chars", header: withHeader(agentkit.HeaderEnvelopeRef, ref3100), want: inv},
+		hostileCase{category: "header: oversize", name: "Mesh-Envelope-Ref of 3,100 chars", header: withHeader(wire.HeaderEnvelopeRef, ref3100), want: inv},
 		hostileCase{category: "header: oversize", name: "Mesh-Envelope-Ref of 3,100 chars = Nats-Msg-Id = message_id",
 			env: setField("message_id", ref3100), header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) {
-				h.Set(agentkit.HeaderEnvelopeRef, ref3100)
-				h.Set(agentkit.HeaderMsgID, ref3100)
+				h.Set(wire.HeaderEnvelopeRef, ref3100)
+				h.Set(wire.HeaderMsgID, ref3100)
 			}, want: inv},
-		hostileCase{category: "header: oversize", name: "Mesh-Envelope-Ref of 60 KB", header: withHeader(agentkit.HeaderEnvelopeRef, big(60<<10, "r")), want: inv},
+		hostileCase{category: "header: oversize", name: "Mesh-Envelope-Ref of 60 KB", header: withHeader(wire.HeaderEnvelopeRef, big(60<<10, "r")), want: inv},
 		hostileCase{category: "header: oversize", name: "Mesh-Envelope-Ref of 3,100 chars on a reply (read by the reader)",
 			header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) {
-				h.Set(agentkit.HeaderEnvelopeRef, ref3100)
-				h.Set(agentkit.HeaderInReplyTo, "m1")
+				h.Set(wire.HeaderEnvelopeRef, ref3100)
+				h.Set(wire.HeaderInReplyTo, "m1")
 			}, want: inv},
-		hostileCase{category: "header: oversize", name: "Mesh-Task-Id of 60 KB", env: setField("task_id", "t1"), header: withHeader(agentkit.HeaderTaskID, big(60<<10, "t")), want: inv},
-		hostileCase{category: "header: oversize", name: "Mesh-In-Reply-To of 60 KB", header: withHeader(agentkit.HeaderInReplyTo, big(60<<10, "i")), want: invOrHandled},
-		hostileCase{category: "header: oversize", name: "Mesh-Type of 60 KB", header: withHeader(agentkit.HeaderType, big(60<<10, "y")), want: invOrHandled},
-		hostileCase{category: "header: oversize", name: "Mesh-Action of 60 KB", header: withHeader(agentkit.HeaderAction, big(60<<10, "a")), want: invOrHandled},
-		hostileCase{category: "header: oversize", name: "Mesh-Correlation-Id of 60 KB", header: withHeader(agentkit.HeaderCorrelation, big(60<<10, "c")), want: invOrHandled},
-		hostileCase{category: "header: oversize", name: "Mesh-Workflow-Id of 60 KB", header: withHeader(agentkit.HeaderWorkflow, big(60<<10, "w")), want: invOrHandled},
-		hostileCase{category: "header: oversize", name: "Mesh-Status of 60 KB", header: withHeader(agentkit.HeaderStatus, big(60<<10, "s")), want: invOrHandled},
-		hostileCase{category: "header: oversize", name: "Nats-Msg-Id of 60 KB", header: withHeader(agentkit.HeaderMsgID, big(60<<10, "n")), want: invOrHandled},
+		hostileCase{category: "header: oversize", name: "Mesh-Task-Id of 60 KB", env: setField("task_id", "t1"), header: withHeader(wire.HeaderTaskID, big(60<<10, "t")), want: inv},
+		hostileCase{category: "header: oversize", name: "Mesh-In-Reply-To of 60 KB", header: withHeader(wire.HeaderInReplyTo, big(60<<10, "i")), want: invOrHandled},
+		hostileCase{category: "header: oversize", name: "Mesh-Type of 60 KB", header: withHeader(wire.HeaderType, big(60<<10, "y")), want: invOrHandled},
+		hostileCase{category: "header: oversize", name: "Mesh-Action of 60 KB", header: withHeader(wire.HeaderAction, big(60<<10, "a")), want: invOrHandled},
+		hostileCase{category: "header: oversize", name: "Mesh-Correlation-Id of 60 KB", header: withHeader(wire.HeaderCorrelation, big(60<<10, "c")), want: invOrHandled},
+		hostileCase{category: "header: oversize", name: "Mesh-Workflow-Id of 60 KB", header: withHeader(wire.HeaderWorkflow, big(60<<10, "w")), want: invOrHandled},
+		hostileCase{category: "header: oversize", name: "Mesh-Status of 60 KB", header: withHeader(wire.HeaderStatus, big(60<<10, "s")), want: invOrHandled},
+		hostileCase{category: "header: oversize", name: "Nats-Msg-Id of 60 KB", header: withHeader(wire.HeaderMsgID, big(60<<10, "n")), want: invOrHandled},
 		hostileCase{category: "header: oversize", name: "traceparent of 60 KB", header: withHeader("traceparent", "00-"+big(60<<10, "f")), want: invOrHandled},
 		hostileCase{category: "header: oversize", name: "every Mesh-* header at 6 KB", env: setField("task_id", "t1"),
 			header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) {
-				for _, k := range []string{agentkit.HeaderType, agentkit.HeaderAction, agentkit.HeaderCorrelation, agentkit.HeaderWorkflow,
-					agentkit.HeaderInReplyTo, agentkit.HeaderTaskID, agentkit.HeaderStatus, agentkit.HeaderEnvelopeRef} {
+				for _, k := range []string{wire.HeaderType, wire.HeaderAction, wire.HeaderCorrelation, wire.HeaderWorkflow,
+					wire.HeaderInReplyTo, wire.HeaderTaskID, wire.HeaderStatus, wire.HeaderEnvelopeRef} {
 					h.Set(k, big(6<<10, "h"))
 				}
 			}, want: inv},
@@ -248,26 +249,26 @@ func hostileCorpus() []hostileCase {
 			}
 		}, want: invOrHandled},
 		hostileCase{category: "header: oversize", name: "Mesh-Task-Id of 70 KB (above JetStream's 64 KB header limit)",
-			env: setField("task_id", "t1"), header: withHeader(agentkit.HeaderTaskID, big(70<<10, "t")), want: refused},
+			env: setField("task_id", "t1"), header: withHeader(wire.HeaderTaskID, big(70<<10, "t")), want: refused},
 	)
 	// Headers with invalid UTF-8, control characters or another case.
 	add(
-		hostileCase{category: "header: encoding", name: "Mesh-Task-Id invalid UTF-8", env: setField("task_id", "t1"), header: withHeader(agentkit.HeaderTaskID, "t\xff\xfe1"), want: inv},
-		hostileCase{category: "header: encoding", name: "Mesh-Envelope-Ref invalid UTF-8", header: withHeader(agentkit.HeaderEnvelopeRef, "\xff\xfe"), want: inv},
-		hostileCase{category: "header: encoding", name: "Mesh-In-Reply-To invalid UTF-8", header: withHeader(agentkit.HeaderInReplyTo, "\xc3\x28"), want: invOrHandled},
+		hostileCase{category: "header: encoding", name: "Mesh-Task-Id invalid UTF-8", env: setField("task_id", "t1"), header: withHeader(wire.HeaderTaskID, "t\xff\xfe1"), want: inv},
+		hostileCase{category: "header: encoding", name: "Mesh-Envelope-Ref invalid UTF-8", header: withHeader(wire.HeaderEnvelopeRef, "\xff\xfe"), want: inv},
+		hostileCase{category: "header: encoding", name: "Mesh-In-Reply-To invalid UTF-8", header: withHeader(wire.HeaderInReplyTo, "\xc3\x28"), want: invOrHandled},
 		hostileCase{category: "header: encoding", name: "traceparent invalid UTF-8", header: withHeader("traceparent", "00-\xff\xfe-\xff-01"), want: invOrHandled},
 		hostileCase{category: "header: encoding", name: "Mesh-Task-Id with CR LF (header injection)", env: setField("task_id", "t1"),
-			header: withHeader(agentkit.HeaderTaskID, "t1\r\nNats-Msg-Id: forged"), want: inv},
-		hostileCase{category: "header: encoding", name: "Mesh-Task-Id with NUL", env: setField("task_id", "t1"), header: withHeader(agentkit.HeaderTaskID, "t1\x00"), want: inv},
+			header: withHeader(wire.HeaderTaskID, "t1\r\nNats-Msg-Id: forged"), want: inv},
+		hostileCase{category: "header: encoding", name: "Mesh-Task-Id with NUL", env: setField("task_id", "t1"), header: withHeader(wire.HeaderTaskID, "t1\x00"), want: inv},
 		hostileCase{category: "header: encoding", name: "mesh-envelope-ref in lower case, 3,100 chars", header: withHeader("mesh-envelope-ref", ref3100), want: invOrHandled},
 	)
 	// Oversize fields in the body.
 	add(
 		hostileCase{category: "body: oversize", name: "action of 100 KB", env: setField("action", big(100<<10, "a")), want: inv},
 		hostileCase{category: "body: oversize", name: "message_id of 3,100 chars (= Nats-Msg-Id)", env: setField("message_id", big(3100, "m")),
-			header: withHeader(agentkit.HeaderMsgID, big(3100, "m")), want: inv},
+			header: withHeader(wire.HeaderMsgID, big(3100, "m")), want: inv},
 		hostileCase{category: "body: oversize", name: "message_id of 100 KB, no Nats-Msg-Id", env: setField("message_id", big(100<<10, "m")),
-			header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) { h.Del(agentkit.HeaderMsgID) }, want: inv},
+			header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) { h.Del(wire.HeaderMsgID) }, want: inv},
 	)
 	for _, f := range []string{"correlation_id", "workflow_id", "task_id", "session_id", "in_reply_to", "sender_type", "receiver_type", "status"} {
 		add(hostileCase{category: "body: oversize", name: f + " of 100 KB", env: setField(f, big(100<<10, "x")), want: inv})
@@ -327,13 +328,13 @@ func hostileCorpus() []hostileCase {
 		hostileCase{category: "body: routing", name: "duplicate sender_id member (mallory, then alice)", body: func(_ *hostileCase, b []byte) []byte { return addRaw(b, "sender_id", `"alice"`) }, want: inv},
 		hostileCase{category: "body: routing", name: "wrong receiver_id", env: setField("receiver_id", goodSender), want: inv},
 		hostileCase{category: "body: routing", name: "no receiver_id on a direct subject", env: func(e map[string]any) { delete(e, "receiver_id") }, want: inv},
-		hostileCase{category: "body: routing", name: "priority high in the body, normal subject", prio: agentkit.PriorityNormal, env: setField("priority", "high"), want: inv},
+		hostileCase{category: "body: routing", name: "priority high in the body, normal subject", prio: wire.PriorityNormal, env: setField("priority", "high"), want: inv},
 		hostileCase{category: "body: routing", name: "unknown priority urgent", env: setField("priority", "urgent"), want: inv},
 		// "medium" is an accepted synonym of normal, on a normal subject.
 		hostileCase{category: "body: routing", name: "priority medium", env: setField("priority", "medium"), want: []string{outHandled}},
-		hostileCase{category: "body: routing", name: "broadcast naming a receiver", kind: subjects.KindBroadcast, prio: agentkit.PriorityNormal, env: setField("receiver_id", "planner"), want: inv},
-		hostileCase{category: "body: routing", name: "broadcast with a spoofed sender", kind: subjects.KindBroadcast, prio: agentkit.PriorityNormal, env: setField("sender_id", goodSender), want: inv},
-		hostileCase{category: "body: routing", name: "topic message naming another topic", kind: subjects.KindTopic, prio: agentkit.PriorityNormal, env: setField("topic", "other"), want: inv},
+		hostileCase{category: "body: routing", name: "broadcast naming a receiver", kind: subjects.KindBroadcast, prio: wire.PriorityNormal, env: setField("receiver_id", "planner"), want: inv},
+		hostileCase{category: "body: routing", name: "broadcast with a spoofed sender", kind: subjects.KindBroadcast, prio: wire.PriorityNormal, env: setField("sender_id", goodSender), want: inv},
+		hostileCase{category: "body: routing", name: "topic message naming another topic", kind: subjects.KindTopic, prio: wire.PriorityNormal, env: setField("topic", "other"), want: inv},
 		hostileCase{category: "body: routing", name: "unknown message_type", env: setField("message_type", "command"), want: inv},
 		hostileCase{category: "body: routing", name: "response without in_reply_to", env: setField("message_type", "response"), want: inv},
 		hostileCase{category: "body: routing", name: "error without error", env: setField("message_type", "error"), want: inv},
@@ -344,8 +345,8 @@ func hostileCorpus() []hostileCase {
 	// Valid envelopes from mallory (controls): handled, or settled as the runtime's table says.
 	add(
 		hostileCase{category: "valid from mallory", name: "valid request", want: []string{outHandled}},
-		hostileCase{category: "valid from mallory", name: "valid broadcast", kind: subjects.KindBroadcast, prio: agentkit.PriorityHigh, want: []string{outHandled}},
-		hostileCase{category: "valid from mallory", name: "valid topic message", kind: subjects.KindTopic, prio: agentkit.PriorityCritical, want: []string{outHandled}},
+		hostileCase{category: "valid from mallory", name: "valid broadcast", kind: subjects.KindBroadcast, prio: wire.PriorityHigh, want: []string{outHandled}},
+		hostileCase{category: "valid from mallory", name: "valid topic message", kind: subjects.KindTopic, prio: wire.PriorityCritical, want: []string{outHandled}},
 		hostileCase{category: "valid from mallory", name: "unknown action", env: setField("action", "drop_tables"), want: []string{outTerm}},
 		hostileCase{category: "valid from mallory", name: "response nobody waits for", env: func(e map[string]any) {
 			e["message_type"], e["in_reply_to"] = "response", "nobody"
@@ -357,8 +358,8 @@ func hostileCorpus() []hostileCase {
 		hostileCase{category: "ttl/timestamp", name: "expired: ttl 1ms, timestamp 2000", env: func(e map[string]any) {
 			e["ttl_ms"], e["timestamp"] = 1, "2000-01-01T00:00:00Z"
 		}, want: []string{outAcked}},
-		hostileCase{category: "ttl/timestamp", name: "ttl_ms at the maximum", env: setField("ttl_ms", agentkit.MaxTTLMillis), want: []string{outHandled}},
-		hostileCase{category: "ttl/timestamp", name: "ttl_ms one above the maximum", env: setField("ttl_ms", agentkit.MaxTTLMillis+1), want: inv},
+		hostileCase{category: "ttl/timestamp", name: "ttl_ms at the maximum", env: setField("ttl_ms", wire.MaxTTLMillis), want: []string{outHandled}},
+		hostileCase{category: "ttl/timestamp", name: "ttl_ms one above the maximum", env: setField("ttl_ms", wire.MaxTTLMillis+1), want: inv},
 		hostileCase{category: "ttl/timestamp", name: "ttl_ms negative", env: setField("ttl_ms", -1), want: inv},
 		hostileCase{category: "ttl/timestamp", name: "ttl_ms 1e30", env: setField("ttl_ms", json.Number("1e30")), want: inv},
 		hostileCase{category: "ttl/timestamp", name: "ttl_ms max int64", env: setField("ttl_ms", json.Number("9223372036854775807")), want: inv},
@@ -366,14 +367,14 @@ func hostileCorpus() []hostileCase {
 		hostileCase{category: "ttl/timestamp", name: "timestamp zero", env: setField("timestamp", "0001-01-01T00:00:00Z"), want: inv},
 		hostileCase{category: "ttl/timestamp", name: "timestamp missing", env: func(e map[string]any) { delete(e, "timestamp") }, want: inv},
 		hostileCase{category: "ttl/timestamp", name: "timestamp year 9999, ttl at the maximum", env: func(e map[string]any) {
-			e["timestamp"], e["ttl_ms"] = "9999-12-31T23:59:59.999999999Z", agentkit.MaxTTLMillis
+			e["timestamp"], e["ttl_ms"] = "9999-12-31T23:59:59.999999999Z", wire.MaxTTLMillis
 		}, want: invOrHandled},
 		hostileCase{category: "ttl/timestamp", name: "timestamp year 10000", env: setField("timestamp", "10000-01-01T00:00:00Z"), want: inv},
 		hostileCase{category: "ttl/timestamp", name: "timestamp with a leap second", env: setField("timestamp", "2016-12-31T23:59:60Z"), want: inv},
 		hostileCase{category: "ttl/timestamp", name: "timestamp with offset +23:59", env: setField("timestamp", "2026-01-01T00:00:00+23:59"), want: invOrHandled},
 		hostileCase{category: "ttl/timestamp", name: "timestamp not RFC 3339", env: setField("timestamp", "yesterday"), want: inv},
 		hostileCase{category: "ttl/timestamp", name: "timestamp 1ns after year 1, ttl at the maximum", env: func(e map[string]any) {
-			e["timestamp"], e["ttl_ms"] = "0001-01-01T00:00:00.000000001Z", agentkit.MaxTTLMillis
+			e["timestamp"], e["ttl_ms"] = "0001-01-01T00:00:00.000000001Z", wire.MaxTTLMillis
 		}, want: []string{outInvalid, outAcked}},
 	)
 	// Subjects with bad tokens that mallory's permissions (mesh.agent.*.*.mallory,
@@ -396,15 +397,15 @@ func hostileCorpus() []hostileCase {
 	}
 	// Nats-Msg-Id.
 	add(
-		hostileCase{category: "Nats-Msg-Id", name: "absent", header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) { h.Del(agentkit.HeaderMsgID) }, want: []string{outHandled}},
-		hostileCase{category: "Nats-Msg-Id", name: "another message_id than the body's", header: withHeader(agentkit.HeaderMsgID, "not-the-body-id"), want: invOrHandled},
+		hostileCase{category: "Nats-Msg-Id", name: "absent", header: func(_ *hostileCase, h nats.Header, _ *hostileMallory) { h.Del(wire.HeaderMsgID) }, want: []string{outHandled}},
+		hostileCase{category: "Nats-Msg-Id", name: "another message_id than the body's", header: withHeader(wire.HeaderMsgID, "not-the-body-id"), want: invOrHandled},
 		hostileCase{category: "Nats-Msg-Id", name: "duplicate of mallory's previous message", header: func(_ *hostileCase, h nats.Header, ml *hostileMallory) {
-			h.Set(agentkit.HeaderMsgID, ml.lastID)
+			h.Set(wire.HeaderMsgID, ml.lastID)
 		}, want: []string{outDedup}},
 		hostileCase{category: "Nats-Msg-Id", name: "a good message's id", header: func(_ *hostileCase, h nats.Header, ml *hostileMallory) {
-			h.Set(agentkit.HeaderMsgID, ml.goodID)
+			h.Set(wire.HeaderMsgID, ml.goodID)
 		}, want: []string{outDedup}},
-		hostileCase{category: "Nats-Msg-Id", name: "with a tab and NUL", header: withHeader(agentkit.HeaderMsgID, "id\t\x00"), want: invOrHandled},
+		hostileCase{category: "Nats-Msg-Id", name: "with a tab and NUL", header: withHeader(wire.HeaderMsgID, "id\t\x00"), want: invOrHandled},
 	)
 	// Headers JetStream interprets at publish.
 	add(
@@ -470,7 +471,7 @@ func hostileCorpus() []hostileCase {
 		hostileCase{category: "payload store", name: "link into a bucket the receiver may not read, on a reply (fetched by the reader)",
 			header: func(c *hostileCase, h nats.Header, ml *hostileMallory) {
 				refHeader(c, h, ml)
-				h.Set(agentkit.HeaderInReplyTo, "m1")
+				h.Set(wire.HeaderInReplyTo, "m1")
 			}, setup: func(ctx context.Context, c *hostileCase, ml *hostileMallory) error {
 				_, err := ml.obs.AddLink(ctx, c.id, &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: "x"}, Bucket: "secrets"})
 				return err
@@ -491,11 +492,11 @@ type hostileGood struct {
 // send sends one good message from `from` by kind (direct to `to`, topic,
 // broadcast) at p, and records who must handle it; final marks the
 // messages sent after the whole corpus.
-func (g *hostileGood) send(ctx context.Context, from *agentkit.Agent, kind subjects.Kind, to string, p agentkit.Priority, final bool) string {
+func (g *hostileGood) send(ctx context.Context, from *agentkit.Agent, kind subjects.Kind, to string, p wire.Priority, final bool) string {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	payload := map[string]string{"from": from.ID(), "kind": string(kind)}
-	var env *agentkit.Envelope
+	var env *wire.Envelope
 	var err error
 	var receivers []string
 	switch kind {
@@ -559,8 +560,8 @@ func TestHostilePeers(t *testing.T) {
 	const stall = 30 * time.Second
 
 	specs := []auth.AgentSpec{{ID: "planner", Topics: []string{newsTopic}}, {ID: "executor"}, {ID: "validator"}, {ID: goodSender}, {ID: hostileSender}}
-	policies := map[agentkit.Priority]agentkit.DeliveryPolicy{}
-	for _, p := range agentkit.Priorities {
+	policies := map[wire.Priority]agentkit.DeliveryPolicy{}
+	for _, p := range wire.Priorities {
 		policies[p] = hostilePolicy()
 	}
 	m := newHostileMesh(t, specs, policies)
@@ -625,7 +626,7 @@ func TestHostilePeers(t *testing.T) {
 	consumerOf := map[string]string{}
 	victimConsumers := map[string]bool{}
 	for _, id := range hostileVictims {
-		for _, p := range agentkit.Priorities {
+		for _, p := range wire.Priorities {
 			name, _ := subjects.Default.Consumer(id, string(p))
 			info, err := m.consumerInfo(ctx, name)
 			if err != nil {
@@ -661,13 +662,13 @@ func TestHostilePeers(t *testing.T) {
 			case i%7 == 3:
 				kind = subjects.KindTopic
 			}
-			good.send(ctx, from, kind, to, agentkit.Priorities[i%5], false)
+			good.send(ctx, from, kind, to, wire.Priorities[i%5], false)
 		}
 	})
 
 	// The corpus, each hostile message followed by a good one from alice.
 	cases := hostileCorpus()
-	mainPrios := []agentkit.Priority{agentkit.PriorityCritical, agentkit.PriorityHigh, agentkit.PriorityNormal}
+	mainPrios := []wire.Priority{wire.PriorityCritical, wire.PriorityHigh, wire.PriorityNormal}
 	for i := range cases {
 		c := &cases[i]
 		if c.kind == "" {
@@ -679,7 +680,7 @@ func TestHostilePeers(t *testing.T) {
 		if c.prio == "" {
 			c.prio = mainPrios[i%3]
 		}
-		e := agentkit.NewEnvelope(agentkit.TypeRequest, hostileSender, "work")
+		e := wire.NewEnvelope(wire.TypeRequest, hostileSender, "work")
 		e.Priority = c.prio
 		switch c.kind {
 		case subjects.KindDirect:
@@ -723,7 +724,7 @@ func TestHostilePeers(t *testing.T) {
 			}
 		}
 		msg := &nats.Msg{Subject: c.subj, Data: body, Header: nats.Header{}}
-		msg.Header.Set(agentkit.HeaderMsgID, c.id)
+		msg.Header.Set(wire.HeaderMsgID, c.id)
 		if c.header != nil {
 			c.header(c, msg.Header, ml)
 		}
@@ -737,7 +738,7 @@ func TestHostilePeers(t *testing.T) {
 			c.publish = outDedup
 		default:
 			c.publish, c.seq = "stored", ack.Sequence
-			ml.lastID = msg.Header.Get(agentkit.HeaderMsgID)
+			ml.lastID = msg.Header.Get(wire.HeaderMsgID)
 			for name, fs := range filters {
 				if slices.ContainsFunc(fs, func(f string) bool { return hostileFilterMatch(f, c.subj) }) {
 					c.expected = append(c.expected, hostileDelivery{name, c.seq})
@@ -750,7 +751,7 @@ func TestHostilePeers(t *testing.T) {
 		default:
 		}
 		to := hostileVictims[i%3]
-		if id := good.send(ctx, alice, subjects.KindDirect, to, agentkit.Priorities[(i+2)%5], false); id != "" {
+		if id := good.send(ctx, alice, subjects.KindDirect, to, wire.Priorities[(i+2)%5], false); id != "" {
 			ml.goodID = id
 		}
 	}
@@ -760,7 +761,7 @@ func TestHostilePeers(t *testing.T) {
 	// After the whole corpus: a good message to every agent at every
 	// priority, which each must still handle.
 	for _, id := range hostileVictims {
-		for _, p := range agentkit.Priorities {
+		for _, p := range wire.Priorities {
 			good.send(ctx, alice, subjects.KindDirect, id, p, true)
 		}
 	}

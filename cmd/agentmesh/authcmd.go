@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 )
 
@@ -77,8 +78,8 @@ Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exi
 			}
 			// The consumers as agents configured from the same file would
 			// make them (config.AgentOptions).
-			policies := make(map[agentkit.Priority]agentkit.DeliveryPolicy, len(agentkit.Priorities))
-			for _, p := range agentkit.Priorities {
+			policies := make(map[wire.Priority]agentkit.DeliveryPolicy, len(wire.Priorities))
+			for _, p := range wire.Priorities {
 				policies[p] = a.cfg.Agent.Policy(p)
 			}
 			if err := auth.Provision(ctx, js, a.scheme(), specs, auth.ProvisionOptions{

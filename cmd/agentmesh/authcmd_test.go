@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/auth"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
@@ -120,7 +121,7 @@ func TestAuth_ProvisionFollowsConfig(t *testing.T) {
 	}
 	js, _ := jetstream.New(natstest.Connect(t, srv))
 	for _, id := range []string{"orch_1", "planner_1"} {
-		for _, p := range agentkit.Priorities {
+		for _, p := range wire.Priorities {
 			name := id + "_" + string(p)
 			cons, err := js.Consumer(context.Background(), "MESH", name)
 			if err != nil {
@@ -131,7 +132,7 @@ func TestAuth_ProvisionFollowsConfig(t *testing.T) {
 				t.Errorf("%s samples %q, want the configured 50", name, cc.SampleFrequency)
 			}
 			want := agentkit.DefaultPolicies()[p].MaxDeliver
-			if p == agentkit.PriorityNormal {
+			if p == wire.PriorityNormal {
 				want = 7
 			}
 			if cc.MaxDeliver != want {

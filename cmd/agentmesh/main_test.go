@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -131,7 +132,7 @@ func TestAgainstServer(t *testing.T) {
 		t.Fatalf("dlq ls without stream: %d %q", code, out)
 	}
 
-	got := make(chan *agentkit.Envelope, 10)
+	got := make(chan *wire.Envelope, 10)
 	planner, _ := agentkit.New(nc, "planner_1", agentkit.WithType("planner"))
 	planner.HandleFunc("plan_workflow", func(ctx context.Context, m *agentkit.Message) error {
 		got <- m.Envelope
@@ -147,7 +148,7 @@ func TestAgainstServer(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("request: exit %d: %s", code, errOut)
 	}
-	var reply agentkit.Envelope
+	var reply wire.Envelope
 	if err := json.Unmarshal([]byte(out), &reply); err != nil || reply.Action != "plan_complete" || reply.Correlation != "corr_cli" {
 		t.Fatalf("request printed %q (%v)", out, err)
 	}
@@ -160,7 +161,7 @@ func TestAgainstServer(t *testing.T) {
 	<-got
 	select {
 	case e := <-got:
-		if e.TaskID != "t9" || e.TTLMillis != 60000 || e.Priority != agentkit.PriorityNormal {
+		if e.TaskID != "t9" || e.TTLMillis != 60000 || e.Priority != wire.PriorityNormal {
 			t.Errorf("sent envelope %+v", e)
 		}
 	case <-ctx.Done():
@@ -169,7 +170,7 @@ func TestAgainstServer(t *testing.T) {
 
 	// --file: validated like a received envelope.
 	file := filepath.Join(t.TempDir(), "env.json")
-	env := agentkit.NewEnvelope(agentkit.TypeRequest, "ops", "plan_workflow")
+	env := wire.NewEnvelope(wire.TypeRequest, "ops", "plan_workflow")
 	env.ReceiverID, env.Correlation = "planner_1", "corr_file"
 	data, _ := env.Encode()
 	os.WriteFile(file, data, 0o600)
@@ -180,7 +181,7 @@ func TestAgainstServer(t *testing.T) {
 	if code, out, errOut := cli(t, "send", "--file", file); code != exitFailure || !strings.Contains(errOut, "already holds message_id "+env.MessageID) || out != "" {
 		t.Fatalf("send --file twice: %d %q %s", code, out, errOut)
 	}
-	env = agentkit.NewEnvelope(agentkit.TypeNotification, "ops", "status")
+	env = wire.NewEnvelope(wire.TypeNotification, "ops", "status")
 	data, _ = env.Encode()
 	os.WriteFile(file, data, 0o600)
 	if code, out, errOut := cli(t, "send", "--from", "ops", "--file", file); code != exitOK || !strings.Contains(out, "to broadcast") {
@@ -222,15 +223,15 @@ func TestAgainstServer(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: scheme.DLQStream(), Subjects: scheme.DLQSubjects()}); err != nil {
 		t.Fatal(err)
 	}
-	orig := agentkit.NewEnvelope(agentkit.TypeRequest, "orch_1", "plan_workflow")
-	orig.ReceiverID, orig.Priority, orig.Correlation = "planner_1", agentkit.PriorityHigh, "corr_dlq"
+	orig := wire.NewEnvelope(wire.TypeRequest, "orch_1", "plan_workflow")
+	orig.ReceiverID, orig.Priority, orig.Correlation = "planner_1", wire.PriorityHigh, "corr_dlq"
 	body, _ := orig.Encode()
 	dlqSubj, _ := scheme.DLQ("planner_1", "high", "orch_1")
 	origSubj, _ := scheme.Direct("planner_1", "high", "orch_1")
 	h := nats.Header{}
-	h.Set(agentkit.HeaderMsgID, orig.MessageID+":planner_1_high")
-	h.Set(agentkit.HeaderAction, "plan_workflow")
-	h.Set(agentkit.HeaderCorrelation, "corr_dlq")
+	h.Set(wire.HeaderMsgID, orig.MessageID+":planner_1_high")
+	h.Set(wire.HeaderAction, "plan_workflow")
+	h.Set(wire.HeaderCorrelation, "corr_dlq")
 	h.Set(dlq.HeaderOriginalID, orig.MessageID)
 	h.Set(dlq.HeaderReason, "max_deliveries")
 	h.Set(dlq.HeaderStatus, "TIMEOUT")

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // sendFlags are the envelope fields send and request take.
@@ -76,7 +77,7 @@ Examples:
 
 // envelopeOptions turns a decoded envelope into send options, so a file's
 // fields survive Agent.Request, which builds its own envelope.
-func envelopeOptions(e *agentkit.Envelope) []agentkit.SendOption {
+func envelopeOptions(e *wire.Envelope) []agentkit.SendOption {
 	opts := []agentkit.SendOption{agentkit.WithMessageID(e.MessageID), agentkit.WithPriority(e.Priority)}
 	if e.TTLMillis > 0 {
 		opts = append(opts, agentkit.WithTTL(time.Duration(e.TTLMillis)*time.Millisecond))
@@ -102,7 +103,7 @@ func envelopeOptions(e *agentkit.Envelope) []agentkit.SendOption {
 // envelopeFlags are the flags that build an envelope, which --file replaces.
 var envelopeFlags = []string{"to", "action", "payload", "priority", "ttl", "correlation", "workflow", "task", "type"}
 
-func (a *app) buildEnvelope(cmd *cobra.Command, f sendFlags) (*agentkit.Envelope, error) {
+func (a *app) buildEnvelope(cmd *cobra.Command, f sendFlags) (*wire.Envelope, error) {
 	if f.file != "" {
 		for _, name := range envelopeFlags {
 			if cmd.Flags().Changed(name) {
@@ -119,7 +120,7 @@ func (a *app) buildEnvelope(cmd *cobra.Command, f sendFlags) (*agentkit.Envelope
 		if err != nil {
 			return nil, err
 		}
-		e, err := agentkit.Decode(data)
+		e, err := wire.Decode(data)
 		if err != nil {
 			return nil, usageErr(fmt.Errorf("%s: %w", f.file, err))
 		}
@@ -131,13 +132,13 @@ func (a *app) buildEnvelope(cmd *cobra.Command, f sendFlags) (*agentkit.Envelope
 	if f.to == "" || f.action == "" {
 		return nil, usageErr(errors.New("--to and --action are required (or --file)"))
 	}
-	p, err := agentkit.ParsePriority(f.priority)
+	p, err := wire.ParsePriority(f.priority)
 	if err != nil {
 		return nil, usageErr(err)
 	}
-	e := agentkit.NewEnvelope(agentkit.TypeRequest, f.from, f.action)
+	e := wire.NewEnvelope(wire.TypeRequest, f.from, f.action)
 	if f.typ == "notification" {
-		e.MessageType = agentkit.TypeNotification
+		e.MessageType = wire.TypeNotification
 	} else if f.typ != "" && f.typ != "request" {
 		return nil, usageErr(fmt.Errorf("--type %q: must be request or notification", f.typ))
 	}
@@ -222,7 +223,7 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 }
 
 // target says where env goes: its receiver, its topic or every agent.
-func target(env *agentkit.Envelope) string {
+func target(env *wire.Envelope) string {
 	switch {
 	case env.ReceiverID != "":
 		return env.ReceiverID

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 func main() {
@@ -69,10 +70,10 @@ func run() error {
 			CreditLimit int    `json:"credit_limit"`
 		}
 		if err := m.DecodePayload(&op); err != nil {
-			return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+			return agentkit.Reject(wire.CodeInvalid, err.Error())
 		}
 		if op.CreditLimit <= 0 {
-			return agentkit.Reject(agentkit.CodeInvalid, "credit_limit must be positive")
+			return agentkit.Reject(wire.CodeInvalid, "credit_limit must be positive")
 		}
 		fmt.Printf("planner_1    <- %s: %s credit limit → %d\n", m.Action, op.CustomerID, op.CreditLimit)
 		return nil
@@ -91,10 +92,10 @@ func run() error {
 	}
 	defer orch.Drain(ctx)
 
-	corr := agentkit.NewCorrelationID("session_demo", "update CUST001 credit limit", time.Now())
+	corr := wire.NewCorrelationID("session_demo", "update CUST001 credit limit", time.Now())
 	reply, err := orch.Request(ctx, "planner_1", "plan_workflow",
 		map[string]any{"operation": "update", "target_customer_id": "CUST001", "parameters": map[string]int{"credit_limit": 100000}},
-		agentkit.WithPriority(agentkit.PriorityHigh), agentkit.WithWorkflowID("wf_abc"), agentkit.WithCorrelationID(corr))
+		agentkit.WithPriority(wire.PriorityHigh), agentkit.WithWorkflowID("wf_abc"), agentkit.WithCorrelationID(corr))
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func run() error {
 
 	_, err = orch.SendAndWait(ctx, "planner_1", "execute_operation", map[string]any{"customer_id": "CUST001", "credit_limit": -1},
 		agentkit.WithWorkflowID("wf_abc"), agentkit.WithTaskID("t1"), agentkit.WithCorrelationID(corr))
-	var nack *agentkit.Error
+	var nack *wire.Error
 	if !errors.As(err, &nack) {
 		return fmt.Errorf("expected a NACK, got %v", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -116,7 +117,7 @@ type Mesh struct {
 	hungDone sync.WaitGroup
 
 	mu          sync.Mutex
-	directorLog []*agentkit.Envelope
+	directorLog []*wire.Envelope
 	directorCh  chan struct{} // signalled on every director message
 }
 
@@ -166,8 +167,8 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 			agentkit.WithType(s.typ),
 			agentkit.WithDirector(Director),
 			agentkit.WithLogger(cfg.Logger.With("agent", s.id)),
-			agentkit.WithPolicy(agentkit.PriorityHigh, Policy),
-			agentkit.WithPolicy(agentkit.PriorityNormal, Policy),
+			agentkit.WithPolicy(wire.PriorityHigh, Policy),
+			agentkit.WithPolicy(wire.PriorityNormal, Policy),
 		)
 		a, err := agentkit.New(nc, s.id, opts...)
 		if err != nil {
@@ -198,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 // startHung pulls the hung executor's high-priority consumer and drops
 // every message without acking it.
 func (m *Mesh) startHung(ctx context.Context) error {
-	name, _ := m.cfg.Scheme.Consumer(StuckExecutor, string(agentkit.PriorityHigh))
+	name, _ := m.cfg.Scheme.Consumer(StuckExecutor, string(wire.PriorityHigh))
 	cons, err := m.js.Consumer(ctx, m.cfg.Scheme.Stream(), name)
 	if err != nil {
 		return fmt.Errorf("demo: hung executor consumer: %w", err)
@@ -252,7 +253,7 @@ func (m *Mesh) Stop(ctx context.Context) error {
 }
 
 // DirectorLog returns the envelopes the director has received.
-func (m *Mesh) DirectorLog() []*agentkit.Envelope {
+func (m *Mesh) DirectorLog() []*wire.Envelope {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.directorLog)
@@ -270,7 +271,7 @@ func (m *Mesh) director(ctx context.Context, msg *agentkit.Message) error {
 }
 
 // waitDirector waits until the director has received a message matching f.
-func (m *Mesh) waitDirector(ctx context.Context, f func(*agentkit.Envelope) bool) (*agentkit.Envelope, error) {
+func (m *Mesh) waitDirector(ctx context.Context, f func(*wire.Envelope) bool) (*wire.Envelope, error) {
 	for {
 		for _, e := range m.DirectorLog() {
 			if f(e) {
@@ -319,7 +320,7 @@ type Workflow struct {
 
 func newIDs(kind string) (wf, corr string) {
 	id := uuid.NewString()[:8]
-	return "wf_" + kind + "_" + id, agentkit.NewCorrelationID("demo_"+kind, id, time.Now())
+	return "wf_" + kind + "_" + id, wire.NewCorrelationID("demo_"+kind, id, time.Now())
 }
 
 // RunCreditLimit runs the complete communication flow: plan_workflow
@@ -332,8 +333,8 @@ func (m *Mesh) RunCreditLimit(ctx context.Context) (*Workflow, error) {
 	w := &Workflow{Name: "credit limit update", WorkflowID: wfID, Correlation: corr,
 		Expected: "every step succeeds and CUST001's credit limit is 100000"}
 	start := time.Now()
-	common := []agentkit.SendOption{agentkit.WithWorkflowID(wfID), agentkit.WithCorrelationID(corr), agentkit.WithPriority(agentkit.PriorityHigh)}
-	ask := func(to, action, task string, payload any) (*agentkit.Envelope, *Step) {
+	common := []agentkit.SendOption{agentkit.WithWorkflowID(wfID), agentkit.WithCorrelationID(corr), agentkit.WithPriority(wire.PriorityHigh)}
+	ask := func(to, action, task string, payload any) (*wire.Envelope, *Step) {
 		opts := slices.Clone(common)
 		if task != "" {
 			opts = append(opts, agentkit.WithTaskID(task))
@@ -345,7 +346,7 @@ func (m *Mesh) RunCreditLimit(ctx context.Context) (*Workflow, error) {
 			st.Outcome = err.Error()
 		} else {
 			st.Outcome = reply.Action + " " + reply.Status
-			st.OK = reply.Status == agentkit.StatusSuccess
+			st.OK = reply.Status == wire.StatusSuccess
 		}
 		w.Steps = append(w.Steps, st)
 		return reply, &w.Steps[len(w.Steps)-1]
@@ -394,13 +395,13 @@ func (m *Mesh) finish(ctx context.Context, w *Workflow, start time.Time, ok bool
 	}
 	_, err := m.agents[Orchestrator].Send(ctx, Director, action, map[string]any{"workflow_id": w.WorkflowID, "steps": len(w.Steps)},
 		agentkit.WithWorkflowID(w.WorkflowID), agentkit.WithCorrelationID(w.Correlation),
-		agentkit.WithMessageType(agentkit.TypeNotification), agentkit.WithPriority(agentkit.PriorityHigh))
+		agentkit.WithMessageType(wire.TypeNotification), agentkit.WithPriority(wire.PriorityHigh))
 	if err != nil {
 		return nil, fmt.Errorf("demo: %s: %w", action, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := m.waitDirector(wctx, func(e *agentkit.Envelope) bool { return e.WorkflowID == w.WorkflowID && e.Action == action }); err != nil {
+	if _, err := m.waitDirector(wctx, func(e *wire.Envelope) bool { return e.WorkflowID == w.WorkflowID && e.Action == action }); err != nil {
 		return nil, fmt.Errorf("demo: director did not receive %s: %w", action, err)
 	}
 	w.Steps = append(w.Steps, Step{To: Director, Action: action, Outcome: "delivered", OK: true})
@@ -425,7 +426,7 @@ func (m *Mesh) RunFailure(ctx context.Context) (*Workflow, error) {
 		w.Expected += " and is escalated to " + Director
 	}
 	start := time.Now()
-	common := []agentkit.SendOption{agentkit.WithWorkflowID(wfID), agentkit.WithCorrelationID(corr), agentkit.WithPriority(agentkit.PriorityHigh)}
+	common := []agentkit.SendOption{agentkit.WithWorkflowID(wfID), agentkit.WithCorrelationID(corr), agentkit.WithPriority(wire.PriorityHigh)}
 
 	// 1. Busy executor: NACKed, retried on the backoff, then done.
 	t0 := time.Now()
@@ -440,12 +441,12 @@ func (m *Mesh) RunFailure(ctx context.Context) (*Workflow, error) {
 		}
 		_ = reply.DecodePayload(&r)
 		st.Outcome = fmt.Sprintf("%s %s on delivery %d", reply.Action, reply.Status, r.Attempt)
-		st.OK = reply.Status == agentkit.StatusSuccess && r.Attempt == uint64(m.cfg.BusyAttempts+1)
+		st.OK = reply.Status == wire.StatusSuccess && r.Attempt == uint64(m.cfg.BusyAttempts+1)
 	}
 	w.Steps = append(w.Steps, st)
 
 	// 2. Hung executor: watch for the broker giving up on it.
-	consumer, _ := m.cfg.Scheme.Consumer(StuckExecutor, string(agentkit.PriorityHigh))
+	consumer, _ := m.cfg.Scheme.Consumer(StuckExecutor, string(wire.PriorityHigh))
 	advSubject, err := subjects.EventSubject(subjects.EventMaxDeliveries, m.cfg.Scheme.Stream(), consumer)
 	if err != nil {
 		return nil, err
@@ -491,7 +492,7 @@ func (m *Mesh) RunFailure(ctx context.Context) (*Workflow, error) {
 		ectx, cancel := context.WithTimeout(ctx, m.cfg.EscalationWait)
 		defer cancel()
 		t0 = time.Now()
-		e, err := m.waitDirector(ectx, func(e *agentkit.Envelope) bool {
+		e, err := m.waitDirector(ectx, func(e *wire.Envelope) bool {
 			return e.Action == "escalation" && (e.Correlation == corr || e.WorkflowID == wfID || containsID(e.Payload, env.MessageID))
 		})
 		st := Step{To: Director, Action: "escalation", Took: time.Since(t0)}
@@ -540,7 +541,7 @@ func waitMaxDeliveries(ctx context.Context, adv <-chan *nats.Msg, id string, js 
 				continue
 			}
 			raw, err := st.GetMsg(ctx, a.StreamSeq)
-			if err != nil || raw.Header.Get(agentkit.HeaderMsgID) != id {
+			if err != nil || raw.Header.Get(wire.HeaderMsgID) != id {
 				continue
 			}
 			return a.StreamSeq, a.Deliveries, nil
@@ -560,7 +561,7 @@ type Stats struct {
 
 // PriorityStats is one consumer's delivery figures.
 type PriorityStats struct {
-	Priority    agentkit.Priority
+	Priority    wire.Priority
 	Delivered   uint64 // deliveries made, redeliveries included
 	Redelivered int    // messages currently counted as redelivered
 	AckPending  int
@@ -575,7 +576,7 @@ func (m *Mesh) Stats(ctx context.Context) []Stats {
 	for _, id := range m.order {
 		a := m.agents[id]
 		s := Stats{Agent: id, Outcomes: a.Stats().Outcomes}
-		for _, p := range agentkit.Priorities {
+		for _, p := range wire.Priorities {
 			name, _ := m.cfg.Scheme.Consumer(id, string(p))
 			cons, err := m.js.Consumer(ctx, m.cfg.Scheme.Stream(), name)
 			if err != nil {

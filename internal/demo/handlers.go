@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // customers is the demo's database: what the executors update and the
@@ -58,7 +59,7 @@ func (m *Mesh) plan(ctx context.Context, msg *agentkit.Message) error {
 		CustomerID string `json:"target_customer_id"`
 	}
 	if err := msg.DecodePayload(&req); err != nil || req.CustomerID == "" {
-		return agentkit.Reject(agentkit.CodeInvalid, "plan_workflow needs operation and target_customer_id")
+		return agentkit.Reject(wire.CodeInvalid, "plan_workflow needs operation and target_customer_id")
 	}
 	return msg.Reply(ctx, "plan_complete", planPayload{Tasks: []task{
 		{TaskID: "t1", Description: "Fetch customer", AgentType: "executor", Operation: "fetch"},
@@ -71,27 +72,27 @@ func (m *Mesh) plan(ctx context.Context, msg *agentkit.Message) error {
 func (m *Mesh) execute(ctx context.Context, msg *agentkit.Message) error {
 	var op operation
 	if err := msg.DecodePayload(&op); err != nil {
-		return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+		return agentkit.Reject(wire.CodeInvalid, err.Error())
 	}
 	switch op.Operation {
 	case "fetch":
 		limit := m.db.creditLimit(op.CustomerID)
 		if limit == 0 {
-			return agentkit.Reject(agentkit.CodeNotFound, "customer "+op.CustomerID+" not found")
+			return agentkit.Reject(wire.CodeNotFound, "customer "+op.CustomerID+" not found")
 		}
 		return msg.Reply(ctx, "execution_complete", map[string]any{
 			"operation": "fetch", "customer_id": op.CustomerID, "record": map[string]int{"credit_limit": limit}, "success": true})
 	case "update":
 		if op.CreditLimit <= 0 {
-			return agentkit.Reject(agentkit.CodeInvalid, "credit_limit must be positive")
+			return agentkit.Reject(wire.CodeInvalid, "credit_limit must be positive")
 		}
 		if !m.db.setCreditLimit(op.CustomerID, op.CreditLimit) {
-			return agentkit.Reject(agentkit.CodeNotFound, "customer "+op.CustomerID+" not found")
+			return agentkit.Reject(wire.CodeNotFound, "customer "+op.CustomerID+" not found")
 		}
 		return msg.Reply(ctx, "execution_complete", map[string]any{
 			"operation": "update", "customer_id": op.CustomerID, "updated_fields": []string{"credit_limit"}, "success": true})
 	}
-	return agentkit.Reject(agentkit.CodeInvalid, "unknown operation "+op.Operation)
+	return agentkit.Reject(wire.CodeInvalid, "unknown operation "+op.Operation)
 }
 
 // validate answers validate with validation_result.
@@ -101,7 +102,7 @@ func (m *Mesh) validate(ctx context.Context, msg *agentkit.Message) error {
 		Expect     map[string]int `json:"expect"`
 	}
 	if err := msg.DecodePayload(&req); err != nil {
-		return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+		return agentkit.Reject(wire.CodeInvalid, err.Error())
 	}
 	got := m.db.creditLimit(req.CustomerID)
 	return msg.Reply(ctx, "validation_result", map[string]any{
@@ -116,7 +117,7 @@ func (m *Mesh) busyExecute(ctx context.Context, msg *agentkit.Message) error {
 	}
 	var op operation
 	if err := msg.DecodePayload(&op); err != nil {
-		return agentkit.Reject(agentkit.CodeInvalid, err.Error())
+		return agentkit.Reject(wire.CodeInvalid, err.Error())
 	}
 	m.db.setCreditLimit(op.CustomerID, op.CreditLimit)
 	return msg.Reply(ctx, "execution_complete", map[string]any{

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -103,7 +104,7 @@ func agentkitThroughput(ctx context.Context, env *runEnv, receivers int, batch b
 	m.start = time.Now()
 	n := env.cfg.Messages
 	if batch {
-		err = sendBatches(ctx, sender, n, func(i int) string { return ids[i%receivers] }, agentkit.PriorityNormal, env.payload)
+		err = sendBatches(ctx, sender, n, func(i int) string { return ids[i%receivers] }, wire.PriorityNormal, env.payload)
 	} else {
 		err = sendConcurrently(ctx, sender, n, func(i int) string { return ids[i%receivers] }, env.payload)
 	}
@@ -114,8 +115,8 @@ func agentkitThroughput(ctx context.Context, env *runEnv, receivers int, batch b
 }
 
 // sendBatches sends n requests with SendBatch in batches of 256.
-func sendBatches(ctx context.Context, sender *agentkit.Agent, n int, to func(int) string, p agentkit.Priority, payload []byte) error {
-	batch := make([]*agentkit.Envelope, 0, 256)
+func sendBatches(ctx context.Context, sender *agentkit.Agent, n int, to func(int) string, p wire.Priority, payload []byte) error {
+	batch := make([]*wire.Envelope, 0, 256)
 	for i := range n {
 		e, err := sender.NewRequest(ctx, to(i), "work", payload, agentkit.WithPriority(p))
 		if err != nil {
@@ -206,14 +207,14 @@ func agentkitBacklog(ctx context.Context, env *runEnv) (*measurement, error) {
 	}
 	m := newMeasurement(critical)
 	recv.HandleFunc("work", func(ctx context.Context, msg *agentkit.Message) error {
-		if msg.Priority == agentkit.PriorityCritical {
+		if msg.Priority == wire.PriorityCritical {
 			m.recordOnce(msg.MessageID, time.Since(msg.Timestamp))
 		}
 		return nil
 	})
 	// newAkMesh created the stream, so the backlog is stored before any
 	// agent starts.
-	if err := sendBatches(ctx, sender, env.cfg.Messages, func(int) string { return "receiver" }, agentkit.PriorityLow, env.payload); err != nil {
+	if err := sendBatches(ctx, sender, env.cfg.Messages, func(int) string { return "receiver" }, wire.PriorityLow, env.payload); err != nil {
 		return nil, err
 	}
 	env.progress.track(m)
@@ -223,7 +224,7 @@ func agentkitBacklog(ctx context.Context, env *runEnv) (*measurement, error) {
 	}
 	var errs []error
 	for range critical {
-		if _, err := sender.Send(ctx, "receiver", "work", env.payload, agentkit.WithPriority(agentkit.PriorityCritical)); err != nil {
+		if _, err := sender.Send(ctx, "receiver", "work", env.payload, agentkit.WithPriority(wire.PriorityCritical)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -183,7 +184,7 @@ func rawMeshThroughput(ctx context.Context, env *runEnv, agents int) (*measureme
 		return nil, err
 	}
 	defer deleteStream(js, streamCfg.Name)
-	p := agentkit.PriorityNormal
+	p := wire.PriorityNormal
 	return throughput(ctx, env, cs, js, streamCfg.Name, agents, func(i int) (jetstream.ConsumerConfig, string, error) {
 		id := fmt.Sprintf("r%d", i)
 		cfg, err := agentkit.ConsumerConfig(scheme, id, p, agentkit.DefaultPolicies()[p], nil)

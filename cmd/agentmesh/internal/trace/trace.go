@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -35,7 +36,7 @@ type Entry struct {
 	Subject string `json:"subject"`
 	// Envelope is the decoded body; nil when the body is not a valid
 	// envelope (Err says why).
-	Envelope *agentkit.Envelope `json:"envelope,omitempty"`
+	Envelope *wire.Envelope `json:"envelope,omitempty"`
 	// Err is why the body could not be decoded.
 	Err string `json:"error,omitempty"`
 
@@ -80,8 +81,8 @@ func Read(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, c
 		if err != nil {
 			return nil, fmt.Errorf("trace: get %s/%d: %w", stream, m.Seq, err)
 		}
-		entries = append(entries, NewEntry(raw.Sequence, raw.Time, raw.Subject, raw.Header.Get(agentkit.HeaderMsgID),
-			raw.Header.Get(agentkit.HeaderInReplyTo), raw.Header.Get(agentkit.HeaderType), raw.Header.Get(agentkit.HeaderAction), raw.Data))
+		entries = append(entries, NewEntry(raw.Sequence, raw.Time, raw.Subject, raw.Header.Get(wire.HeaderMsgID),
+			raw.Header.Get(wire.HeaderInReplyTo), raw.Header.Get(wire.HeaderType), raw.Header.Get(wire.HeaderAction), raw.Data))
 	}
 	return entries, nil
 }
@@ -90,7 +91,7 @@ func Read(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, c
 // envelope, when it decodes, supplies what the headers lack.
 func NewEntry(seq uint64, at time.Time, subject, msgID, inReplyTo, typ, action string, body []byte) Entry {
 	e := Entry{Seq: seq, Time: at, Subject: subject, MessageID: msgID, InReplyTo: inReplyTo, Type: typ, Action: action}
-	env, err := agentkit.Decode(body)
+	env, err := wire.Decode(body)
 	if err != nil {
 		e.Err = err.Error()
 		return e
@@ -136,7 +137,7 @@ func Build(entries []Entry) []*Node {
 
 // escalated returns the message id an escalation envelope (the ack
 // monitor's, action "escalation") is about, so it goes under that message.
-func escalated(env *agentkit.Envelope) string {
+func escalated(env *wire.Envelope) string {
 	if env == nil || env.Action != "escalation" {
 		return ""
 	}

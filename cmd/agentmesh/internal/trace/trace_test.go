@@ -10,17 +10,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/trace"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-func envelope(t *testing.T, typ agentkit.MessageType, from, to, action, id, inReplyTo string) []byte {
+func envelope(t *testing.T, typ wire.MessageType, from, to, action, id, inReplyTo string) []byte {
 	t.Helper()
-	e := agentkit.NewEnvelope(typ, from, action)
+	e := wire.NewEnvelope(typ, from, action)
 	e.MessageID, e.ReceiverID, e.InReplyTo, e.Correlation = id, to, inReplyTo, "c1"
-	if typ == agentkit.TypeResponse {
-		e.Status = agentkit.StatusSuccess
+	if typ == wire.TypeResponse {
+		e.Status = wire.StatusSuccess
 	}
 	b, err := e.Encode()
 	if err != nil {
@@ -35,12 +36,12 @@ func TestBuildRender(t *testing.T) {
 	s := subjects.Default
 	entries := []trace.Entry{
 		trace.NewEntry(3, t0.Add(5*time.Millisecond), "mesh.agent.orch.high.planner", "m2", "m1", "response", "plan_complete",
-			envelope(t, agentkit.TypeResponse, "planner", "orch", "plan_complete", "m2", "m1")),
+			envelope(t, wire.TypeResponse, "planner", "orch", "plan_complete", "m2", "m1")),
 		trace.NewEntry(1, t0, "mesh.agent.planner.high.orch", "m1", "", "request", "plan_workflow",
-			envelope(t, agentkit.TypeRequest, "orch", "planner", "plan_workflow", "m1", "")),
+			envelope(t, wire.TypeRequest, "orch", "planner", "plan_workflow", "m1", "")),
 		trace.NewEntry(7, t0.Add(1500*time.Millisecond), "mesh.agent.exec.high.orch", "m3", "", "request", "execute_operation", []byte("not json")),
 		trace.NewEntry(8, t0.Add(1600*time.Millisecond), "mesh.agent.orch.high.exec", "m4", "m3", "response", "execution_complete",
-			envelope(t, agentkit.TypeResponse, "exec", "orch", "execution_complete", "m4", "m3")),
+			envelope(t, wire.TypeResponse, "exec", "orch", "execution_complete", "m4", "m3")),
 	}
 	roots := trace.Build(entries)
 	if len(roots) != 2 || roots[0].MessageID != "m1" || len(roots[0].Children) != 1 || roots[0].Children[0].MessageID != "m2" {
