@@ -13,31 +13,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// AgentStatus is an agent's lifecycle state in the registry (seed 004 §3):
-// INITIALIZING → READY ⇄ BUSY → STOPPING → STOPPED, and UNAVAILABLE when
-// its heartbeats stop.
-type AgentStatus string
+// AgentStatus is an agent's lifecycle state in the registry; see
+// [registry.Status].
+type AgentStatus = registry.Status
 
-// The lifecycle states.
+// The lifecycle states, those of package registry.
 const (
-	StatusInitializing AgentStatus = "INITIALIZING"
-	StatusReady        AgentStatus = "READY"
-	StatusBusy         AgentStatus = "BUSY"
-	StatusStopping     AgentStatus = "STOPPING"
-	StatusStopped      AgentStatus = "STOPPED"
-	StatusUnavailable  AgentStatus = "UNAVAILABLE" // 3 heartbeats missed, or marked (see AgentRecord.UnavailableBy)
+	StatusInitializing = registry.StatusInitializing
+	StatusReady        = registry.StatusReady
+	StatusBusy         = registry.StatusBusy
+	StatusStopping     = registry.StatusStopping
+	StatusStopped      = registry.StatusStopped
+	StatusUnavailable  = registry.StatusUnavailable
 )
 
-// Capability is something an agent can do: a name, a version and the
-// actions that implement it.
-type Capability struct {
-	Name    string   `json:"name"`
-	Version string   `json:"version,omitempty"`
-	Actions []string `json:"actions,omitempty"`
-}
+// Capability is something an agent can do; see [registry.Capability].
+type Capability = registry.Capability
 
 // AgentRecord is an agent as the registry sees it: its instances merged.
 type AgentRecord struct {
@@ -50,12 +45,12 @@ type AgentRecord struct {
 	Instances     int          `json:"instances"`      // instances alive (not stopped, not unavailable)
 	Load          float64      `json:"load"`           // mean handler occupancy of live instances, 0..1
 	LastHeartbeat time.Time    `json:"last_heartbeat"` // the latest of any instance
-	Degraded      bool         `json:"degraded"`       // senders saw repeated NACKs (seed 000)
+	Degraded      bool         `json:"degraded"`       // senders saw repeated NACKs
 	DegradedBy    string       `json:"degraded_by,omitempty"`
 	// UnavailableBy is set when the status is UNAVAILABLE though the agent
-	// still heartbeats: a sender saw repeated timeouts (seed 004), or the
-	// ack monitor saw one of its messages exhaust its deliveries (seed
-	// 000). It names that sender or monitor; the reason says which.
+	// still heartbeats: a sender saw repeated timeouts, or the ack monitor
+	// saw one of its messages exhaust its deliveries. It names that sender
+	// or monitor; the reason says which.
 	UnavailableBy     string `json:"unavailable_by,omitempty"`
 	UnavailableReason string `json:"unavailable_reason,omitempty"`
 }
@@ -66,19 +61,7 @@ func (r AgentRecord) HasCapability(name string) bool {
 }
 
 // instanceRecord is one instance's registry entry, renewed by its heartbeat.
-type instanceRecord struct {
-	ID            string       `json:"id"`
-	Instance      string       `json:"instance"`
-	Type          string       `json:"type,omitempty"`
-	Version       string       `json:"version,omitempty"`
-	Capabilities  []Capability `json:"capabilities,omitempty"`
-	Director      string       `json:"director,omitempty"`
-	Status        AgentStatus  `json:"status"`
-	Load          float64      `json:"load"`
-	InFlight      int          `json:"in_flight"`
-	Concurrency   int          `json:"concurrency"`
-	LastHeartbeat time.Time    `json:"last_heartbeat"`
-}
+type instanceRecord = registry.Instance
 
 // health is what senders report about an agent: key "health.<agent>"
 // for the degraded mark, "unavailable.<agent>" (with a TTL) for the
@@ -421,8 +404,8 @@ func (r *Registry) Watch(ctx context.Context) <-chan RegistryEvent {
 	return c
 }
 
-// MarkDegraded records that agent looks unhealthy to by (seed 000: three
-// consecutive NACKs), or clears the mark when degraded is false.
+// MarkDegraded records that agent looks unhealthy to by (three consecutive
+// NACKs), or clears the mark when degraded is false.
 func (r *Registry) MarkDegraded(ctx context.Context, agent, by, reason string, degraded bool) error {
 	key, err := subjects.MarkKey(subjects.KeyHealth, agent)
 	if err != nil {
@@ -441,8 +424,8 @@ func (r *Registry) MarkDegraded(ctx context.Context, agent, by, reason string, d
 	return nil
 }
 
-// MarkUnavailable records that agent stopped answering by (seed 004:
-// three consecutive timeouts) although it may still heartbeat: its
+// MarkUnavailable records that agent stopped answering by (three
+// consecutive timeouts) although it may still heartbeat: its
 // status reads UNAVAILABLE, so discovery and fallback pass it over, until
 // [Registry.ClearUnavailable] or, at the latest, ttl.
 func (r *Registry) MarkUnavailable(ctx context.Context, agent, by, reason string, ttl time.Duration) error {
@@ -450,7 +433,7 @@ func (r *Registry) MarkUnavailable(ctx context.Context, agent, by, reason string
 }
 
 // MarkUnavailable is [Registry.MarkUnavailable] for services that do not
-// keep a registry open, such as the ack monitor (seed 000: an agent whose
+// keep a registry open, such as the ack monitor (an agent whose
 // message exhausted its deliveries is potentially unavailable).
 func MarkUnavailable(ctx context.Context, js jetstream.JetStream, s subjects.Scheme, agent, by, reason string, ttl time.Duration) error {
 	return putUnavailable(ctx, js, s.RegistryBucket(), agent, by, reason, ttl)

@@ -1,0 +1,125 @@
+// Package registry is the record format of the mesh's agent registry (KV
+// bucket [subjects.Scheme.RegistryBucket]) and its read side: what each
+// agent instance writes under "agent.<agent>.<instance>" with its
+// heartbeat, and lookups of those records. The records are JSON that
+// agents in other languages read too: field names do not change. It does
+// not depend on the agent runtime, so services such as the ack monitor
+// read the registry without it.
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// Status is an agent's lifecycle state in the registry:
+// INITIALIZING → READY ⇄ BUSY → STOPPING → STOPPED, and UNAVAILABLE when
+// its heartbeats stop.
+type Status string
+
+// The lifecycle states.
+const (
+	StatusInitializing Status = "INITIALIZING"
+	StatusReady        Status = "READY"
+	StatusBusy         Status = "BUSY"
+	StatusStopping     Status = "STOPPING"
+	StatusStopped      Status = "STOPPED"
+	StatusUnavailable  Status = "UNAVAILABLE" // 3 heartbeats missed, or marked unavailable
+)
+
+// Capability is something an agent can do: a name, a version and the
+// actions that implement it.
+type Capability struct {
+	Name    string   `json:"name"`
+	Version string   `json:"version,omitempty"`
+	Actions []string `json:"actions,omitempty"`
+}
+
+// Instance is one agent instance's record, renewed by its heartbeat under
+// the key [subjects.InstanceKey].
+type Instance struct {
+	ID            string       `json:"id"`
+	Instance      string       `json:"instance"`
+	Type          string       `json:"type,omitempty"`
+	Version       string       `json:"version,omitempty"`
+	Capabilities  []Capability `json:"capabilities,omitempty"`
+	Director      string       `json:"director,omitempty"`
+	Status        Status       `json:"status"`
+	Load          float64      `json:"load"`
+	InFlight      int          `json:"in_flight"`
+	Concurrency   int          `json:"concurrency"`
+	LastHeartbeat time.Time    `json:"last_heartbeat"`
+}
+
+// HasCapability reports whether the instance declares capability name.
+func (in Instance) HasCapability(name string) bool {
+	return slices.ContainsFunc(in.Capabilities, func(c Capability) bool { return c.Name == name })
+}
+
+// Instances reads the records of agent's live instances from kv, the
+// registry bucket, sorted by instance id. An agent with none (never
+// registered, stopped, or expired) has an empty list; a record that is not
+// valid JSON is skipped. It makes one request per instance: for a
+// process that does not keep a watched registry open.
+func Instances(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Instance, error) {
+	filter, err := subjects.InstancesFilter(agent)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	lister, err := kv.ListKeysFiltered(ctx, filter)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry: instances of %s: %w", agent, err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []Instance
+	for key := range lister.Keys() {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // expired or deregistered since the listing
+		}
+		if err != nil {
+			return nil, fmt.Errorf("registry: %s: %w", key, err)
+		}
+		var in Instance
+		if json.Unmarshal(e.Value(), &in) != nil {
+			continue
+		}
+		out = append(out, in)
+	}
+	slices.SortFunc(out, func(a, b Instance) int {
+		switch {
+		case a.Instance < b.Instance:
+			return -1
+		case a.Instance > b.Instance:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// Director returns the director agent's live instances declare (the first
+// instance naming one), or "" when none does.
+func Director(ctx context.Context, kv jetstream.KeyValue, agent string) (string, error) {
+	ins, err := Instances(ctx, kv, agent)
+	if err != nil {
+		return "", err
+	}
+	for _, in := range ins {
+		if in.Director != "" {
+			return in.Director, nil
+		}
+	}
+	return "", nil
+}
