@@ -339,11 +339,11 @@ func benchDeadLetters(b *testing.B, kind storeKind, connect func() *nats.Conn, r
 	if err != nil || len(recs) != 1 {
 		b.Fatalf("dead-lettered rows: %v, %v", recs, err)
 	}
-	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	dlqStream, err := js.Stream(ctx, subjects.Default.DLQStream())
 	if err != nil {
 		b.Fatal(err)
 	}
-	info, err := dlq.Info(ctx)
+	info, err := dlqStream.Info(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

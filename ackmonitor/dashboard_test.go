@@ -171,6 +171,18 @@ func TestDashboard_InBrowser(t *testing.T) {
 	if len(dlq.DeadLetters) != 4 {
 		t.Fatalf("API dead letters = %d, want 4", len(dlq.DeadLetters))
 	}
+	var letters struct {
+		Letters []ackmonitor.LetterView `json:"letters"`
+	}
+	getJSON(t, srv.URL+"/api/v1/dlq/letters", &letters)
+	if len(letters.Letters) != 4 {
+		t.Fatalf("API letters in the stream = %d, want 4", len(letters.Letters))
+	}
+	for _, l := range letters.Letters {
+		if l.Seq == 0 || l.Receiver == "" || l.MessageID == "" || l.Status == "" || l.Reason == "" {
+			t.Fatalf("letter view lacks fields: %+v", l)
+		}
+	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],
 		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,

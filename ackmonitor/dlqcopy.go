@@ -9,20 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-)
 
-// Headers a dead letter carries when part of the original could not be
-// copied.
-const (
-	// HeaderDLQOmittedHeaders names the original's headers left out of the
-	// copy: not valid header names, or too large for the server's header
-	// limit together with the rest (the largest go first).
-	HeaderDLQOmittedHeaders = "Mesh-Dlq-Omitted-Headers"
-	// HeaderDLQBodyOmitted is set when the original's body is left out:
-	// with the copy's headers it would exceed the server's max payload.
-	// The value says how large it was; the original stays in the message
-	// stream at Mesh-Dlq-Stream-Seq until it expires.
-	HeaderDLQBodyOmitted = "Mesh-Dlq-Body-Omitted"
+	"github.com/agentmesh-io/agentmesh/dlq"
 )
 
 // Bounds of a dead-letter copy. Its headers hold what peers wrote (the
@@ -115,9 +103,9 @@ func deadLetterMsg(subject string, origHeader nats.Header, body []byte, ours nat
 		}
 	}
 	// Room kept for the headers naming what is left out.
-	reserve := len(HeaderDLQOmittedHeaders) + len(HeaderDLQBodyOmitted) + 2*(maxHeaderValue+len(": \r\n"))
+	reserve := len(dlq.HeaderOmittedHeaders) + len(dlq.HeaderBodyOmitted) + 2*(maxHeaderValue+len(": \r\n"))
 	if int64(len(body)+headerBytes(hdr)+reserve) > maxPayload {
-		hdr.Set(HeaderDLQBodyOmitted, strconv.Itoa(len(body))+" bytes, above the server's max payload with the copy's headers")
+		hdr.Set(dlq.HeaderBodyOmitted, strconv.Itoa(len(body))+" bytes, above the server's max payload with the copy's headers")
 		body = nil
 	}
 	budget := int(min(int64(maxHeaderBytes), maxPayload-int64(len(body)))) - reserve
@@ -157,7 +145,7 @@ func deadLetterMsg(subject string, origHeader nats.Header, body []byte, ours nat
 	}
 	if len(omitted) > 0 {
 		slices.Sort(omitted)
-		hdr.Set(HeaderDLQOmittedHeaders, clip(strings.Join(omitted, ", "), maxHeaderValue))
+		hdr.Set(dlq.HeaderOmittedHeaders, clip(strings.Join(omitted, ", "), maxHeaderValue))
 	}
 	return &nats.Msg{Subject: subject, Header: hdr, Data: body}
 }

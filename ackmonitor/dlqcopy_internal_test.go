@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agentmesh-io/agentmesh/dlq"
 )
 
 func TestClip(t *testing.T) {
@@ -54,7 +56,7 @@ func TestDeadLetterMsg_Bounds(t *testing.T) {
 	if msg.Header.Get("Mesh-Action") != "work" || msg.Header.Get("Nats-Expected-Last-Sequence") != "" || string(msg.Data) != "body" {
 		t.Errorf("copy %v %q", msg.Header, msg.Data)
 	}
-	omitted := msg.Header.Get(HeaderDLQOmittedHeaders)
+	omitted := msg.Header.Get(dlq.HeaderOmittedHeaders)
 	if !strings.Contains(omitted, `"Bad Key"`) || !strings.Contains(omitted, "X-Big-39") || strings.Contains(omitted, "X-Big-00") {
 		t.Errorf("omitted %q: want the invalid name and the largest headers, not the smallest", omitted)
 	}
@@ -75,16 +77,16 @@ func TestDeadLetterMsg_LargeValueAndBody(t *testing.T) {
 	if h := msg.Header.Get("X-Huge"); len(h) != maxCopiedValue || !strings.HasSuffix(h, truncatedMark) {
 		t.Errorf("a 100 KB header copied as %d bytes", len(h))
 	}
-	if len(msg.Data) != 1000 || msg.Header.Get(HeaderDLQBodyOmitted) != "" {
-		t.Errorf("body of %d bytes, omitted %q", len(msg.Data), msg.Header.Get(HeaderDLQBodyOmitted))
+	if len(msg.Data) != 1000 || msg.Header.Get(dlq.HeaderBodyOmitted) != "" {
+		t.Errorf("body of %d bytes, omitted %q", len(msg.Data), msg.Header.Get(dlq.HeaderBodyOmitted))
 	}
 	// Room for ours, not for the original's header too: the header goes.
 	msg = deadLetterMsg("s", orig, make([]byte, 1<<20-4000), ours, 1<<20)
-	if len(msg.Data) != 1<<20-4000 || msg.Header.Get("X-Huge") != "" || msg.Header.Get(HeaderDLQOmittedHeaders) != "X-Huge" {
+	if len(msg.Data) != 1<<20-4000 || msg.Header.Get("X-Huge") != "" || msg.Header.Get(dlq.HeaderOmittedHeaders) != "X-Huge" {
 		t.Errorf("body of %d bytes, headers %v", len(msg.Data), msg.Header)
 	}
 	msg = deadLetterMsg("s", orig, make([]byte, 1<<20-100), ours, 1<<20)
-	if len(msg.Data) != 0 || !strings.HasPrefix(msg.Header.Get(HeaderDLQBodyOmitted), "1048476 bytes") || msg.Header.Get("X-Huge") == "" {
+	if len(msg.Data) != 0 || !strings.HasPrefix(msg.Header.Get(dlq.HeaderBodyOmitted), "1048476 bytes") || msg.Header.Get("X-Huge") == "" {
 		t.Errorf("body of %d bytes, headers %v", len(msg.Data), msg.Header)
 	}
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -86,7 +86,7 @@ func TestFollowUp_DeadLettersWhateverPeersWrote(t *testing.T) {
 		recs, err := st.Messages(ctx, store.Query{DeadLetter: true})
 		return err == nil && len(recs) == len(seqs)
 	})
-	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	dlqStream, err := js.Stream(ctx, subjects.Default.DLQStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,14 +96,14 @@ func TestFollowUp_DeadLettersWhateverPeersWrote(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg, err := dlq.GetMsg(ctx, r.DLQSeq)
+		msg, err := dlqStream.GetMsg(ctx, r.DLQSeq)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return msg
 	}
 
-	reason := copyOf("long_reason").Header.Get(ackmonitor.HeaderDLQReason)
+	reason := copyOf("long_reason").Header.Get(dlq.HeaderReason)
 	if len(reason) > 1024 || !utf8.ValidString(reason) || !strings.HasPrefix(reason, "terminated: xé") || !strings.HasSuffix(reason, "…(truncated)") {
 		t.Errorf("reason of %d bytes, valid UTF-8 %v: %.40q ... %q", len(reason), utf8.ValidString(reason), reason, reason[max(len(reason)-20, 0):])
 	}
@@ -115,7 +115,7 @@ func TestFollowUp_DeadLettersWhateverPeersWrote(t *testing.T) {
 		t.Errorf("body %q", c.Data)
 	}
 	c = copyOf("full")
-	if len(c.Data) != 0 || c.Header.Get(ackmonitor.HeaderDLQBodyOmitted) == "" || c.Header.Get(ackmonitor.HeaderDLQStreamSeq) == "" {
+	if len(c.Data) != 0 || c.Header.Get(dlq.HeaderBodyOmitted) == "" || c.Header.Get(dlq.HeaderStreamSeq) == "" {
 		t.Errorf("copy of a message filling the max payload: %d bytes of body, headers %v", len(c.Data), c.Header)
 	}
 	c = copyOf("expected")

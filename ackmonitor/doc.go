@@ -200,7 +200,9 @@
 //
 // [Monitor.Handler] serves / (the dashboard, embedded, polling the API
 // every 2 s), /api/v1/summary, /agents, /senders, /alerts, /escalations,
-// /dlq, /messages, /timeseries and /hourly, /metrics (Prometheus, on the
+// /dlq (the ledger's dead-lettered rows), /dlq/letters (the dead letters
+// as stream MESH_DLQ holds them, read with package dlq, newest first),
+// /messages, /timeseries and /hourly, /metrics (Prometheus, on the
 // monitor's own registry) and /healthz.
 //
 // Query parameters are checked before any reaches the store; a bad one is

@@ -18,19 +18,8 @@ import (
 // "escalate to parent director").
 const ActionEscalation = protocol.ActionEscalation
 
-// Headers the monitor adds to a dead letter; the original's headers are kept.
-const (
-	HeaderDLQReason     = "Mesh-Dlq-Reason"      // "max_deliveries" or "terminated: <TERM reason>"
-	HeaderDLQStatus     = "Mesh-Dlq-Status"      // TIMEOUT, NACK or INVALID
-	HeaderDLQDeliveries = "Mesh-Dlq-Deliveries"  // delivery attempts made
-	HeaderDLQConsumer   = "Mesh-Dlq-Consumer"    // the consumer that gave up
-	HeaderDLQStreamSeq  = "Mesh-Dlq-Stream-Seq"  // the original's sequence in the message stream
-	HeaderDLQSubject    = "Mesh-Dlq-Subject"     // the original subject
-	HeaderDLQOriginalID = "Mesh-Dlq-Original-Id" // the original Nats-Msg-Id (message_id)
-)
-
 // Escalation is the payload of an escalation envelope; the type lives in
-// agentkit so directors need not import the monitor.
+// package protocol so directors need not import the monitor.
 type Escalation = protocol.Escalation
 
 // DirectorResolver names the director an agent escalates to.

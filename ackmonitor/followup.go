@@ -17,6 +17,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -457,13 +458,13 @@ func (f *followUps) prepare(t *followUpTask) {
 	}
 	ours := nats.Header{}
 	ours.Set(jetstream.MsgIDHeader, f.deadLetterID(r))
-	ours.Set(HeaderDLQOriginalID, esc.MessageID)
-	ours.Set(HeaderDLQReason, reason)
-	ours.Set(HeaderDLQStatus, r.Status)
-	ours.Set(HeaderDLQDeliveries, strconv.Itoa(r.Deliveries))
-	ours.Set(HeaderDLQConsumer, r.Consumer)
-	ours.Set(HeaderDLQStreamSeq, strconv.FormatUint(r.StreamSeq, 10))
-	ours.Set(HeaderDLQSubject, esc.Subject)
+	ours.Set(dlq.HeaderOriginalID, esc.MessageID)
+	ours.Set(dlq.HeaderReason, reason)
+	ours.Set(dlq.HeaderStatus, r.Status)
+	ours.Set(dlq.HeaderDeliveries, strconv.Itoa(r.Deliveries))
+	ours.Set(dlq.HeaderConsumer, r.Consumer)
+	ours.Set(dlq.HeaderStreamSeq, strconv.FormatUint(r.StreamSeq, 10))
+	ours.Set(dlq.HeaderSubject, esc.Subject)
 	t.copy = deadLetterMsg(dlqSubject, origHeader, body, ours, f.nc.MaxPayload())
 }
 

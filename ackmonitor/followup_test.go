@@ -19,6 +19,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -45,11 +46,11 @@ func TestFollowUp_RetriesUntilTheDLQTakesIt(t *testing.T) {
 	}
 
 	js := m.jetstream()
-	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	dlqStream, err := js.Stream(ctx, subjects.Default.DLQStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := dlq.CachedInfo().Config
+	cfg := dlqStream.CachedInfo().Config
 	dlqSubjects := slices.Clone(cfg.Subjects)
 	cfg.Subjects = []string{"parked.dlq"}
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
@@ -86,18 +87,18 @@ func TestFollowUp_RetriesUntilTheDLQTakesIt(t *testing.T) {
 		return len(recs) == 1 && !recs[0].SentAt.IsZero()
 	})
 	recs := deadLettered()
-	info, err := dlq.Info(ctx)
+	info, err := dlqStream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if recs[0].MessageID != env.MessageID || recs[0].DLQSeq != 1 || info.State.Msgs != 1 {
 		t.Errorf("row %s with DLQ seq %d, DLQ holding %d; want %s, 1 and 1", recs[0].MessageID, recs[0].DLQSeq, info.State.Msgs, env.MessageID)
 	}
-	msg, err := dlq.GetMsg(ctx, 1)
+	msg, err := dlqStream.GetMsg(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := msg.Header.Get(ackmonitor.HeaderDLQOriginalID); got != env.MessageID {
+	if got := msg.Header.Get(dlq.HeaderOriginalID); got != env.MessageID {
 		t.Errorf("the dead letter's original id is %q; want %q", got, env.MessageID)
 	}
 }
@@ -130,11 +131,11 @@ func TestFollowUp_RetriedAfterItsCopyStoresEachOnce(t *testing.T) {
 		t.Fatalf("%d failed completions left; the follow-up was not retried", left)
 	}
 	js := m.jetstream()
-	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	dlqStream, err := js.Stream(ctx, subjects.Default.DLQStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlqInfo, err := dlq.Info(ctx)
+	dlqInfo, err := dlqStream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func TestFollowUp_RetryDoesNotCopyAgain(t *testing.T) {
 	st := openStore(t, sqliteStore)
 	ctx := testCtx(t)
 	js := m.jetstream()
-	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: subjects.Default.DLQStream(), Subjects: subjects.Default.DLQSubjects(),
+	dlqStream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: subjects.Default.DLQStream(), Subjects: subjects.Default.DLQSubjects(),
 		Duplicates: 100 * time.Millisecond}) // shorter than the retries' spacing
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +256,7 @@ func TestFollowUp_RetryDoesNotCopyAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the escalation after two failed tries", func() bool { return len(dir.list()) == 1 })
-	info, err := dlq.Info(ctx)
+	info, err := dlqStream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,11 +289,11 @@ func TestFollowUp_DeadLettersOfMessagesWithoutIDs(t *testing.T) {
 		return err == nil && len(recs) == n
 	})
 	js := m.jetstream()
-	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	dlqStream, err := js.Stream(ctx, subjects.Default.DLQStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := dlq.Info(ctx)
+	info, err := dlqStream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,11 +305,11 @@ func TestFollowUp_DeadLettersOfMessagesWithoutIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
-		msg, err := dlq.GetMsg(ctx, r.DLQSeq)
+		msg, err := dlqStream.GetMsg(ctx, r.DLQSeq)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := msg.Header.Get(ackmonitor.HeaderDLQStreamSeq); got != strconv.FormatUint(r.StreamSeq, 10) {
+		if got := msg.Header.Get(dlq.HeaderStreamSeq); got != strconv.FormatUint(r.StreamSeq, 10) {
 			t.Errorf("row %d/%s records dead letter %d, the copy of stream seq %s", r.StreamSeq, r.Consumer, r.DLQSeq, got)
 		}
 	}

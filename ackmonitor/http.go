@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -296,6 +298,24 @@ func (m *Monitor) Handler() http.Handler {
 		recs, err := m.cfg.Store.Messages(r.Context(), store.Query{DeadLetter: true, Limit: limit})
 		return map[string]any{"dead_letters": nonNil(recs)}, err
 	})
+	// The dead letters themselves, as MESH_DLQ holds them: what replay
+	// (agentmesh dlq replay <seq>) would send, with the reason recorded.
+	api("dlq/letters", func(r *http.Request) (any, error) {
+		p := params{q: r.URL.Query()}
+		limit := p.limit("limit", 50)
+		if p.err != nil {
+			return nil, p.err
+		}
+		letters, err := dlq.Read(r.Context(), m.js, m.cfg.Scheme, limit)
+		if errors.Is(err, dlq.ErrNoStream) {
+			err = nil
+		}
+		views := make([]LetterView, 0, len(letters))
+		for i := len(letters) - 1; i >= 0; i-- { // newest first, as the ledger views
+			views = append(views, letterView(m.cfg.Scheme, letters[i]))
+		}
+		return map[string]any{"letters": views}, err
+	})
 	api("messages", func(r *http.Request) (any, error) {
 		p := params{q: r.URL.Query()}
 		q := store.Query{Receiver: p.agent("agent"), Status: p.status("status"), Limit: p.limit("limit", 100)}
@@ -473,4 +493,26 @@ func (p *params) series(defRange, defStep time.Duration) (rng, step time.Duratio
 			rng, step, n, maxSeriesPoints))
 	}
 	return rng, step
+}
+
+// LetterView is a dead letter in /api/v1/dlq/letters.
+type LetterView struct {
+	Seq         uint64    `json:"seq"` // in MESH_DLQ: agentmesh dlq replay <seq>
+	Time        time.Time `json:"time"`
+	Receiver    string    `json:"receiver"`
+	Priority    string    `json:"priority"`
+	Sender      string    `json:"sender"`
+	Action      string    `json:"action"`
+	MessageID   string    `json:"message_id"`
+	Status      string    `json:"status"` // TIMEOUT, NACK or INVALID
+	Reason      string    `json:"reason"`
+	Deliveries  int       `json:"deliveries"`
+	BodyOmitted bool      `json:"body_omitted,omitempty"` // too large to copy: replay cannot send it
+}
+
+func letterView(scheme subjects.Scheme, l dlq.Letter) LetterView {
+	sub, _ := scheme.Parse(l.Subject) // a foreign subject leaves the names empty
+	return LetterView{Seq: l.Seq, Time: l.Time, Receiver: sub.Receiver, Priority: sub.Priority, Sender: sub.Sender,
+		Action: l.Header.Get(wire.HeaderAction), MessageID: l.MessageID(), Status: l.Status(), Reason: l.Reason(),
+		Deliveries: l.Deliveries(), BodyOmitted: l.Header.Get(dlq.HeaderBodyOmitted) != ""}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -189,19 +190,19 @@ func TestInvalid_TheSenderIsBlamedNotTheReceivers(t *testing.T) {
 			t.Errorf("escalation of a message to %s from %s: %+v", esc.Receiver, esc.Sender, esc)
 		}
 	}
-	dlq, err := js.Stream(ctx, subjects.Default.DLQStream())
+	dlqStream, err := js.Stream(ctx, subjects.Default.DLQStream())
 	if err != nil {
 		t.Fatal(err)
 	}
 	statuses := map[string]int{}
 	for seq := uint64(1); seq <= total; seq++ {
-		msg, err := dlq.GetMsg(ctx, seq)
+		msg, err := dlqStream.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatal(err)
 		}
-		statuses[msg.Header.Get(ackmonitor.HeaderDLQStatus)]++
-		if msg.Subject == "mesh.dlq.r3.normal."+ackmonitor.UnknownSender && !slices.Contains(unknown, msg.Header.Get(ackmonitor.HeaderDLQSubject)) {
-			t.Errorf("dead letter of an unknown sender's message: original subject %q", msg.Header.Get(ackmonitor.HeaderDLQSubject))
+		statuses[msg.Header.Get(dlq.HeaderStatus)]++
+		if msg.Subject == "mesh.dlq.r3.normal."+ackmonitor.UnknownSender && !slices.Contains(unknown, msg.Header.Get(dlq.HeaderSubject)) {
+			t.Errorf("dead letter of an unknown sender's message: original subject %q", msg.Header.Get(dlq.HeaderSubject))
 		}
 	}
 	if want := map[string]int{store.StatusInvalid: len(receivers)*perReceiver + len(unknown), store.StatusNACK: perReceiver}; fmt.Sprint(statuses) != fmt.Sprint(want) {

@@ -66,7 +66,7 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 	}
 	// Copies are published asynchronously, a page at a time, each acked
 	// or failed within copyTimeout.
-	dlq, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(copyTimeout),
+	copier, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(copyTimeout),
 		jetstream.WithPublishAsyncMaxPending(2*followUpPage))
 	if err != nil {
 		return nil, fmt.Errorf("ackmonitor: jetstream: %w", err)
@@ -81,7 +81,7 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 	}
 	m := &Monitor{cfg: cfg, nc: nc, js: js, metrics: newMetrics(), ready: make(chan struct{}),
 		lease: newLease(cfg.PinnedTTL, cfg.StatusInterval)}
-	m.followUps = &followUps{cfg: &m.cfg, nc: nc, js: js, dlq: dlq, sender: sender, metrics: m.metrics, lease: m.lease,
+	m.followUps = &followUps{cfg: &m.cfg, nc: nc, js: js, dlq: copier, sender: sender, metrics: m.metrics, lease: m.lease,
 		kick: make(chan struct{}, 1)}
 	m.intake = &intake{cfg: &m.cfg, nc: nc, metrics: m.metrics, lease: m.lease, followUps: m.followUps,
 		direct: newDirectEvents(directRemembered)}

@@ -15,6 +15,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -199,14 +200,14 @@ func testScenario(t *testing.T, kind storeKind) {
 		info, err := js.Stream(ctx, "MESH_DLQ")
 		return err == nil && info.CachedInfo().State.Msgs == nReject+nNever
 	})
-	dlq, _ := js.Stream(ctx, "MESH_DLQ")
+	dlqStream, _ := js.Stream(ctx, "MESH_DLQ")
 	dlqIDs := map[string]string{}
 	for seq := uint64(1); seq <= nReject+nNever; seq++ {
-		msg, err := dlq.GetMsg(ctx, seq)
+		msg, err := dlqStream.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dlqIDs[msg.Header.Get(ackmonitor.HeaderDLQOriginalID)] = msg.Header.Get(ackmonitor.HeaderDLQStatus)
+		dlqIDs[msg.Header.Get(dlq.HeaderOriginalID)] = msg.Header.Get(dlq.HeaderStatus)
 		if msg.Subject != "mesh.dlq.worker.normal.client" || msg.Header.Get(wire.HeaderWorkflow) != "wf-1" {
 			t.Errorf("dead letter %d: %s %v", seq, msg.Subject, msg.Header)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/internal/demo"
 	"github.com/agentmesh-io/agentmesh/internal/metricstest"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
@@ -740,19 +741,19 @@ func TestCluster_DeadLettersAcrossDLQStreamLeaderChanges(t *testing.T) {
 	if n := streamMsgs(t, ctx, r.js, r.scheme.DLQStream()); n != total {
 		t.Fatalf("the DLQ holds %d messages; want %d", n, total)
 	}
-	dlq, err := r.js.OrderedConsumer(ctx, r.scheme.DLQStream(), jetstream.OrderedConsumerConfig{})
+	letters, err := r.js.OrderedConsumer(ctx, r.scheme.DLQStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	copies := map[string]int{}
 	for received := 0; received < total; {
-		msgs, err := dlq.Fetch(total, jetstream.FetchMaxWait(5*time.Second))
+		msgs, err := letters.Fetch(total, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := 0
 		for m := range msgs.Messages() {
-			copies[m.Headers().Get(ackmonitor.HeaderDLQOriginalID)]++
+			copies[m.Headers().Get(dlq.HeaderOriginalID)]++
 			n++
 		}
 		if n == 0 {
