@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // Statuses of a ledger row (ack_status). A row without a final outcome yet
@@ -72,7 +74,13 @@ func (s Send) Consumer() string {
 	if s.Kind != "agent" || s.Receiver == "" {
 		return ""
 	}
-	return s.Receiver + "_" + s.Priority
+	// Consumer names do not depend on the scheme's prefix. The receiver
+	// and priority come from a parsed subject, so they are valid tokens.
+	name, err := subjects.Default.Consumer(s.Receiver, s.Priority)
+	if err != nil {
+		return ""
+	}
+	return name
 }
 
 // Event is one consumer event of the MESH stream.
