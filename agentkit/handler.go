@@ -124,28 +124,19 @@ func encodePayload(payload any) (json.RawMessage, error) {
 	return b, nil
 }
 
-// classify maps a handler's error to an outcome.
-func classify(err error) (kind outcome, code wire.ErrorCode, delay time.Duration) {
-	if err == nil {
-		return outcomeAck, "", 0
-	}
-	var rr *rerouteError
-	if errors.As(err, &rr) {
-		return outcomeReroute, "", 0
-	}
-	var re *retryError
-	if errors.As(err, &re) {
-		return outcomeRetry, re.code, re.delay
-	}
-	var e *wire.Error
-	if errors.As(err, &e) && !e.Retryable {
-		return outcomeTerm, e.Code, 0
-	}
-	if errors.As(err, &e) {
-		return outcomeRetry, e.Code, e.RetryAfter()
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return outcomeRetry, wire.CodeTimeout, 0
-	}
-	return outcomeRetry, wire.CodeInternal, 0
+type handlingKey struct{}
+
+// withHandling marks ctx as belonging to the handling of env.
+func withHandling(ctx context.Context, env *wire.Envelope) context.Context {
+	return context.WithValue(ctx, handlingKey{}, env)
 }
+
+// handling returns the envelope whose handler ctx belongs to, or nil.
+func handling(ctx context.Context) *wire.Envelope {
+	e, _ := ctx.Value(handlingKey{}).(*wire.Envelope)
+	return e
+}
+
+// HandledEnvelope returns the envelope being handled when ctx is (derived
+// from) a handler's context, else nil.
+func HandledEnvelope(ctx context.Context) *wire.Envelope { return handling(ctx) }

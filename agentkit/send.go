@@ -141,23 +141,6 @@ func validTarget(field, v string) error {
 	return nil
 }
 
-type handlingKey struct{}
-
-// withHandling marks ctx as belonging to the handling of env.
-func withHandling(ctx context.Context, env *wire.Envelope) context.Context {
-	return context.WithValue(ctx, handlingKey{}, env)
-}
-
-// handling returns the envelope whose handler ctx belongs to, or nil.
-func handling(ctx context.Context) *wire.Envelope {
-	e, _ := ctx.Value(handlingKey{}).(*wire.Envelope)
-	return e
-}
-
-// HandledEnvelope returns the envelope being handled when ctx is (derived
-// from) a handler's context, else nil.
-func HandledEnvelope(ctx context.Context) *wire.Envelope { return handling(ctx) }
-
 // Send sends a request (or, with [WithMessageType], another type) to
 // agent to and returns once the stream has stored it. It does not wait for
 // the receiver; see [Agent.Request] and [Agent.SendAndWait] for that.
@@ -786,55 +769,6 @@ func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, 
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, d)
-}
-
-// waiter is a pending Request or SendAndWait.
-type waiter struct {
-	ch     chan *wire.Envelope // capacity 1
-	accept func(*wire.Envelope) bool
-}
-
-// addWaiter registers a waiter for the reply to message id. It returns nil
-// once the agent has stopped (failWaiters ran).
-func (a *Agent) addWaiter(id string, accept func(*wire.Envelope) bool) *waiter {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	if a.waiters == nil {
-		return nil
-	}
-	w := &waiter{ch: make(chan *wire.Envelope, 1), accept: accept}
-	a.waiters[id] = w
-	return w
-}
-
-func (a *Agent) removeWaiter(id string) {
-	a.waitMu.Lock()
-	delete(a.waiters, id)
-	a.waitMu.Unlock()
-}
-
-// takeWaiter removes and returns the waiter of the message env answers,
-// if there is one and it accepts env.
-func (a *Agent) takeWaiter(env *wire.Envelope) *waiter {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	w, ok := a.waiters[env.InReplyTo]
-	if !ok || !w.accept(env) {
-		return nil
-	}
-	delete(a.waiters, env.InReplyTo)
-	return w
-}
-
-// failWaiters wakes every waiter with nil once the agent stops, and every
-// later one at once.
-func (a *Agent) failWaiters() {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	for _, w := range a.waiters {
-		close(w.ch)
-	}
-	a.waiters = nil
 }
 
 // await sends e and waits for the reply accept admits.
