@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
-	"github.com/agentmesh-io/agentmesh/subjects"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 )
 
 // ActionEscalation is the action of the envelope the monitor sends to a
@@ -36,9 +36,9 @@ func (f DirectorFunc) Director(ctx context.Context, agent string) (string, error
 }
 
 // RegistryDirectors resolves directors from the agent registry: the JSON
-// field "director" of key <agent> in KV bucket Bucket or, failing that, of
-// the first instance key "agent.<agent>.<instance>" (agentkit's registry
-// layout); Default when the bucket, the keys or the field are missing.
+// field "director" of key <agent> in KV bucket Bucket or, failing that,
+// the director the agent's live instances declare ([registry.Director]);
+// Default when the bucket, the keys or the field are missing.
 type RegistryDirectors struct {
 	JS      jetstream.JetStream
 	Bucket  string
@@ -66,24 +66,17 @@ func (r *RegistryDirectors) Director(ctx context.Context, agent string) (string,
 		r.kv = kv
 		r.mu.Unlock()
 	}
+	// An operator's plain <agent> key names a director for an agent that
+	// does not declare one (or is not an agentkit agent).
 	if d, err := directorAt(ctx, kv, agent); d != "" || err != nil {
 		return d, err
 	}
-	filter, err := subjects.InstancesFilter(agent)
+	d, err := registry.Director(ctx, kv, agent)
 	if err != nil {
 		return "", fmt.Errorf("ackmonitor: registry %s: %w", r.Bucket, err)
 	}
-	lister, err := kv.ListKeysFiltered(ctx, filter)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return "", fmt.Errorf("ackmonitor: registry %s: %w", r.Bucket, err)
-	}
-	if err == nil {
-		defer lister.Stop()
-		for key := range lister.Keys() {
-			if d, err := directorAt(ctx, kv, key); d != "" || err != nil {
-				return d, err
-			}
-		}
+	if d != "" {
+		return d, nil
 	}
 	return r.Default, nil
 }
