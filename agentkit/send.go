@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/permission"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -730,11 +730,11 @@ func (a *Agent) countDuplicate(ack *jetstream.PubAck) {
 // (nats.go keeps it as the connection's last error), so without this check
 // a denial looks like a timeout and would be retried in vain.
 func (a *Agent) denied(subject string) error {
-	last := a.nc.LastError()
-	if errors.Is(last, nats.ErrPermissionViolation) && (subject == "" || strings.Contains(last.Error(), `"`+subject+`"`)) {
-		return fmt.Errorf("%w: %w", ErrPermissionDenied, last)
+	pe, ok := permission.Parse(a.nc.LastError())
+	if !ok || subject != "" && pe.Subject != subject {
+		return nil
 	}
-	return nil
+	return pe
 }
 
 // retryablePublish reports whether a failed publish may succeed if repeated:
