@@ -79,7 +79,7 @@
 //
 // Rates over the sliding window (default 5 minutes) count the messages
 // that reached a final status in the window: ack rate = ACK / (ACK + NACK
-// + TIMEOUT), and so on. Seed 000 divides by "messages sent"; messages
+// + TIMEOUT), and so on, not by messages sent: messages
 // still in flight are neither acked nor failed yet, so counting them would
 // report every burst as a drop in the ack rate. Messages sent in the
 // window and those still pending are reported beside the rates.

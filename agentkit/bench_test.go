@@ -69,7 +69,7 @@ func BenchmarkThroughput(b *testing.B) {
 		return benchAgentkit(b, pub, sub, sendBatches, false)
 	})
 	// The ack monitor's price: its events stream stores one ack metric per
-	// sampled ack (DESIGN.md §7); sampling 0 keeps only NAK/TERM/MAX_DELIVERIES.
+	// sampled ack; sampling 0 keeps only NAK/TERM/MAX_DELIVERIES.
 	for _, freq := range []string{"100", "0"} {
 		run("agentkit-batch-monitored-sample"+freq, func(b *testing.B, pub, sub *nats.Conn) float64 {
 			return benchAgentkit(b, pub, sub, sendBatches, true, agentkit.WithSampleFrequency(freq))

@@ -12,7 +12,7 @@ import (
 )
 
 // BreakerSettings configure the circuit breaker an agent keeps for each
-// agent it sends to (seed 000 "Circuit Breaker Integration", seed 004 §5.3).
+// agent it sends to.
 type BreakerSettings struct {
 	// FailureThreshold consecutive timeouts open the circuit. Default 5.
 	FailureThreshold uint32
@@ -26,7 +26,7 @@ type BreakerSettings struct {
 	// degraded in the registry. Default 3.
 	NackThreshold int
 	// TimeoutThreshold consecutive timeouts mark the destination
-	// UNAVAILABLE in the registry (seed 004), until it answers this sender
+	// UNAVAILABLE in the registry, until it answers this sender
 	// again or OpenTimeout passes. Default 3.
 	TimeoutThreshold int
 }
@@ -157,8 +157,8 @@ func answered(err error) bool { return !errors.Is(err, ErrTimeout) }
 func local(err error) bool { return err != nil && !wire.IsRemote(err) && !errors.Is(err, ErrTimeout) }
 
 // trackHealth counts consecutive NACKs and timeouts from to and marks it in
-// the registry at the thresholds: degraded after NackThreshold NACKs (seed
-// 000), UNAVAILABLE after TimeoutThreshold timeouts (seed 004). An answer
+// the registry at the thresholds: degraded after NackThreshold NACKs,
+// UNAVAILABLE after TimeoutThreshold timeouts. An answer
 // clears the timeout mark, a success clears both. Local failures say
 // nothing about to.
 func (a *Agent) trackHealth(to string, err error) {

@@ -26,8 +26,7 @@
 //
 // [Agent.Send] stores a message for another agent and returns; [Agent.Request]
 // waits for the response; [Agent.SendAndWait] waits for the receiver's ACK or
-// NACK (seed 000's send_with_acknowledgment); [Agent.Publish] goes to every
-// agent subscribed to a topic ([Agent.Subscribe]); [Agent.Broadcast] to
+// NACK; [Agent.Publish] goes to every agent subscribed to a topic ([Agent.Subscribe]); [Agent.Broadcast] to
 // every agent; [Agent.SendBatch] stores many messages in one pipelined burst.
 // The Nats-Msg-Id header is the envelope's message_id, so a publish retried
 // after a failure (agentkit retries with exponential backoff) or a resend
@@ -45,8 +44,8 @@
 // Each priority has a [DeliveryPolicy]: the ack timeout of every attempt
 // (BackOff), the number of attempts (MaxDeliver), how long a handler may run
 // (ProcessingLimit) and how many messages are buffered ahead of the
-// handlers. The defaults ([DefaultPolicies]) are seed 000's table: high
-// 5s/10s/20s/40s, normal 10s/20s/40s, low 30s/30s, plus critical and batch.
+// handlers. The defaults ([DefaultPolicies]) are high 5s/10s/20s/40s,
+// normal 10s/20s/40s, low 30s/30s, plus critical and batch.
 //
 // The buffer follows the handlers' pace: it holds Prefetch messages (1 by
 // default) until the pace is known, then what the workers finish within
@@ -100,7 +99,7 @@
 // with [ErrCircuitOpen]; after 60s up to three trial messages go through at
 // low priority and close it again. Three consecutive NACKs from an agent
 // mark it degraded in the registry; three consecutive timeouts mark it
-// UNAVAILABLE (seed 004), though it heartbeats, until it answers or the
+// UNAVAILABLE, though it heartbeats, until it answers or the
 // breaker's open timeout passes. A handler that returns [Reroute], or a
 // send with [WithFallback] to an open circuit, goes to the least loaded
 // READY agent with the capability instead; replies still reach the
@@ -126,8 +125,8 @@
 // mesh_state with compare-and-swap updates and a change feed; the agent
 // that acks a task.* message records it in the task's state, after the
 // ack and off the handlers' workers ([WithTaskTracking]). [Sessions]
-// keeps seed 004's sessions (participants, decisions, artifacts) in
-// mesh_sessions, expiring on their own. The standard protocols of seed 002
+// keeps sessions (participants, decisions, artifacts) in
+// mesh_sessions, expiring on their own. The standard protocols
 // are actions with typed payloads ([protocol.TaskAssignment],
 // [protocol.TaskHandoffRequest], [protocol.HelpRequest],
 // [protocol.StatusUpdate], [protocol.ErrorReport], ...) and helpers

@@ -35,8 +35,7 @@ func (e *NoFallbackError) Unwrap() error { return e.Cause }
 // message but another agent with capability can: the message is forwarded
 // to the least loaded READY agent with it (keeping its correlation, and
 // replies going to the original sender) and acked here. With no such agent
-// it is rejected with CAPABILITY_MISSING. Seed 000: "capability missing:
-// route to different agent".
+// it is rejected with CAPABILITY_MISSING.
 func Reroute(capability string) error { return &rerouteError{capability: capability} }
 
 type rerouteError struct{ capability string }

@@ -210,7 +210,7 @@ func WithPublishTimeout(d time.Duration) Option {
 }
 
 // WithRequestTimeout sets how long Request and SendAndWait wait when the
-// caller's context has no deadline. Default: 30s (seed 004).
+// caller's context has no deadline. Default: 30s.
 func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if d <= 0 {
@@ -277,7 +277,7 @@ func WithCapabilities(caps ...Capability) Option {
 }
 
 // WithDirector names the agent's director: the monitor escalates this
-// agent's undeliverable messages to it (seed 000).
+// agent's undeliverable messages to it.
 func WithDirector(id string) Option {
 	return optionFunc(func(o *options) error {
 		if err := subjects.ValidateToken("director id", id); err != nil {

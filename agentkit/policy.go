@@ -8,8 +8,7 @@ import (
 )
 
 // DeliveryPolicy is how the broker and the runtime treat messages of one
-// priority. The defaults ([DefaultPolicies]) are seed 000's timeout table,
-// extended to critical and batch.
+// priority. [DefaultPolicies] holds the defaults of all five priorities.
 type DeliveryPolicy struct {
 	// BackOff is the ack timeout of each delivery attempt: attempt n waits
 	// BackOff[min(n-1, len-1)] for an ack (or InProgress) before the broker
@@ -60,7 +59,7 @@ func seconds(s ...int) []time.Duration {
 //	low       30s 30s                            2           10m
 //	batch     60s 60s                            2           30m
 //
-// high, normal and low are seed 000's table (initial timeout, retries,
+// high, normal and low follow the specified table (initial timeout, retries,
 // 2x or no backoff); critical and batch extend it. Every priority buffers
 // one message (Prefetch 1) until its handlers' pace is known, then sizes
 // the buffer to that pace up to MaxPrefetch 512. Each call returns a

@@ -53,7 +53,7 @@ func isNilPointer(v any) bool {
 // may decline (Accepted false); see [Call] for the errors. An empty
 // FromAgent is set to this agent and an empty ToAgent to to; the request
 // must then pass [protocol.TaskHandoffRequest.Validate]. It is sent at
-// [wire.PriorityHigh] (seed 002's routing priority) with task_id set; opts may
+// [wire.PriorityHigh] (the protocol's routing priority) with task_id set; opts may
 // override both.
 func (a *Agent) Handoff(ctx context.Context, to string, req protocol.TaskHandoffRequest, opts ...SendOption) (*protocol.TaskHandoffResponse, error) {
 	if req.FromAgent == "" {
@@ -91,7 +91,7 @@ func (a *Agent) RequestHelp(ctx context.Context, to string, req protocol.HelpReq
 }
 
 // ReportError sends r to agent to (typically a director) as a notification
-// at [wire.PriorityCritical] (seed 002's routing priority) and returns once
+// at [wire.PriorityCritical] (the protocol's routing priority) and returns once
 // the stream has stored it. An empty AgentID is set to this agent and an
 // empty ErrorID to a new UUID; the report must then pass
 // [protocol.ErrorReport.Validate]. task_id is set when the report names a

@@ -466,7 +466,7 @@ func (r *Registry) ClearUnavailable(ctx context.Context, agent string) error {
 }
 
 // put writes an instance record with a TTL. KV Update drops per-key TTLs
-// (NATS.md §5), so the record is published to the key's subject with a
+// (the server keeps a TTL only from a publish that carries one), so the record is published to the key's subject with a
 // Nats-TTL header instead.
 func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duration) error {
 	b, err := json.Marshal(rec)

@@ -376,7 +376,7 @@ func TestRegistry_LongDrainStaysStopping(t *testing.T) {
 	}
 }
 
-// Seed 004: an agent that times out three requests in a row is marked
+// An agent that times out three requests in a row is marked
 // UNAVAILABLE though it still heartbeats; discovery passes it over until it
 // answers again.
 func TestBreaker_ThreeTimeoutsMarkUnavailable(t *testing.T) {

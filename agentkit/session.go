@@ -23,7 +23,7 @@ const sessionMarkerTTL = time.Minute
 // per-message TTL.
 const minSessionTTL = time.Second
 
-// Session is a shared conversation context between agents (seed 004 §6.1):
+// Session is a shared conversation context between agents:
 // who takes part, the task, and the decisions and artifacts so far. Agents
 // refer to it with the envelope's session_id ([WithSessionID]) and read it
 // with [Sessions.Get].
@@ -65,7 +65,7 @@ type Artifact struct {
 // reports ErrNotFound from then on even if the server is a moment late.
 // Changes use compare-and-swap on the key's revision, so concurrent writers
 // never lose each other's decisions or artifacts; lists are kept in
-// timestamp order (seed 004 §6.3: conflicts resolved by timestamp).
+// timestamp order (conflicts are resolved by timestamp).
 //
 // All methods are safe for concurrent use, also by several Sessions values
 // on different connections.

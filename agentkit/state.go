@@ -30,7 +30,7 @@ var (
 // stateHistory is the number of revisions the state bucket keeps per key.
 const stateHistory = 16
 
-// EntityKind is the type of a shared state entry (seed 002's entity_type).
+// EntityKind is the type of a shared state entry (entity_type).
 type EntityKind string
 
 // The entity kinds of the shared state.
@@ -47,7 +47,7 @@ var EntityKinds = []EntityKind{EntityTask, EntityAgent, EntityResource, EntityPo
 // Valid reports whether k is one of [EntityKinds].
 func (k EntityKind) Valid() bool { return slices.Contains(EntityKinds, k) }
 
-// State is the mesh's shared state (seed 002's SharedState): JSON values keyed
+// State is the mesh's shared state: JSON values keyed
 // by entity kind and id in the KV bucket [subjects.Scheme.StateBucket]
 // ("mesh_state"), under the key "<kind in lower case>.<id>", e.g. "task.t1".
 // Writers coordinate by compare-and-swap on the key's revision, so concurrent
@@ -255,7 +255,7 @@ func (s *State) fail(op string, kind EntityKind, id string, err error) error {
 	return fmt.Errorf("agentkit: state %s %s %s: %w", op, kind, id, err)
 }
 
-// The operations of a [StateChange] (seed 002's StateUpdate.operation).
+// The operations of a [StateChange] (StateUpdate.operation).
 const (
 	ChangeCreate = "CREATE"
 	ChangeUpdate = "UPDATE"
@@ -263,7 +263,7 @@ const (
 )
 
 // StateChange is one change of the shared state as [State.Watch] reports it:
-// seed 002's StateUpdate, with the entry's full new value as changes.
+// the protocol's StateUpdate, with the entry's full new value as changes.
 type StateChange struct {
 	Operation string          `json:"operation"` // ChangeCreate, ChangeUpdate or ChangeDelete
 	Kind      EntityKind      `json:"entity_type"`
@@ -382,7 +382,7 @@ func (s *State) existedBefore(ctx context.Context, key string, rev uint64) bool 
 	}
 }
 
-// TaskState is a task's entry in the shared state (seed 002's TaskState),
+// TaskState is a task's entry in the shared state,
 // stored as [EntityTask].
 type TaskState struct {
 	ID            string                `json:"id"`
@@ -442,7 +442,7 @@ func (s *State) UpdateTask(ctx context.Context, id string, fn func(*TaskState) e
 	return &t, nil
 }
 
-// ResourceAllocation is an agent's share of a resource (seed 002), stored as
+// ResourceAllocation is an agent's share of a resource, stored as
 // [EntityResource].
 type ResourceAllocation struct {
 	AgentID      string     `json:"agent_id"`
@@ -453,7 +453,7 @@ type ResourceAllocation struct {
 	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
 }
 
-// PolicyState is the mesh-wide policy (seed 002), stored as [EntityPolicy].
+// PolicyState is the mesh-wide policy, stored as [EntityPolicy].
 type PolicyState struct {
 	Version              string               `json:"version"`
 	EnabledChains        []string             `json:"enabled_chains"`

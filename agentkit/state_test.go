@@ -367,7 +367,7 @@ func TestState_Watch(t *testing.T) {
 		t.Errorf("unfiltered watch kinds = %v, want AGENT second", kinds)
 	}
 
-	// The change encodes as seed 002's StateUpdate.
+	// The change encodes as the protocol's StateUpdate.
 	b, err := json.Marshal(agentkit.StateChange{Operation: agentkit.ChangeCreate, Kind: agentkit.EntityTask, ID: "t1", Value: json.RawMessage(`{}`), Revision: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +475,7 @@ func TestState_UpdateTask(t *testing.T) {
 		t.Errorf("task changed by refused updates: %+v", again)
 	}
 
-	// The stored JSON uses seed 002's TaskState names.
+	// The stored JSON uses the protocol's TaskState names.
 	e, err := s.Get(c, agentkit.EntityTask, "t1")
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// The runtime keeps each task's state in the shared state (seed 002) as
+// The runtime keeps each task's state in the shared state as
 // task.* messages flow: the agent that acks one records it.
 //
 //	task.assign    in_progress, assigned to the receiver

@@ -20,7 +20,7 @@ const tracerName = "github.com/agentmesh-io/agentmesh/agentkit"
 // headerCarrier carries W3C trace context in NATS headers under lowercase
 // keys. nats.Header is case-sensitive, so wrapping it as an http.Header
 // would canonicalise "traceparent" to "Traceparent" and miss the lowercase
-// key other languages send (NATS.md §9).
+// key other languages' OpenTelemetry propagators send.
 type headerCarrier nats.Header
 
 func (c headerCarrier) Get(key string) string { return nats.Header(c).Get(strings.ToLower(key)) }
@@ -45,7 +45,7 @@ var (
 )
 
 // startSend starts the producer span of publishing e on subject and
-// records its ids in the envelope's trace field (seed 004 §2.1), so readers
+// records its ids in the envelope's trace field, so readers
 // of the body alone see the same trace as the headers. Attributes are only
 // built for spans that record.
 func (a *Agent) startSend(ctx context.Context, subject string, e *wire.Envelope) (context.Context, trace.Span) {

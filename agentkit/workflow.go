@@ -13,8 +13,8 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// Workflow is the history of one conversation (seed 003's
-// get_workflow_status): every message with its correlation id, the agents
+// Workflow is the history of one conversation (a workflow's status):
+// every message with its correlation id, the agents
 // involved in order of appearance, and how each request ended.
 type Workflow struct {
 	CorrelationID string            `json:"correlation_id"`

@@ -1,5 +1,5 @@
 // Package store is the ack monitor's ledger: the message_acknowledgments
-// and acknowledgment_metrics tables of seed 000, plus the monitor's alerts
+// and acknowledgment_metrics tables, plus the monitor's alerts
 // and agent health, behind one small interface with two implementations:
 // SQLite ([OpenSQLite], pure Go, the default) and PostgreSQL
 // ([OpenPostgres]). Both share one SQL schema, versioned migrations and one

@@ -13,7 +13,7 @@ import (
 // Unix-microsecond times, TEXT, DOUBLE PRECISION and ON CONFLICT upserts
 // mean the same in both. Append new versions; never edit an applied one.
 var migrations = []string{
-	// 1: the ledger of seed 000, keyed by (stream_seq, consumer).
+	// 1: the ledger, keyed by (stream_seq, consumer).
 	`CREATE TABLE message_sends (
 		stream_seq            BIGINT PRIMARY KEY,
 		message_id            TEXT NOT NULL,

@@ -133,7 +133,7 @@ type Record struct {
 	Naks           int       `json:"naks"`
 	Timeouts       int       `json:"timeouts"`
 	// ProcessingTime is the ack metric's ack_time of the acking delivery
-	// (seed 000's processing_time_ms).
+	// (processing_time_ms in the ledger's terms).
 	ProcessingTime time.Duration `json:"processing_time_ns,omitzero"`
 	History        []Event       `json:"history"`
 

@@ -24,7 +24,7 @@ var (
 		SuggestedActions: []string{"raise timeout"}}
 )
 
-// The seed 002 field names of the nested types.
+// The wire field names of the nested types.
 var (
 	fixtureTaskContextKeys = []string{"task_id", "task_type", "priority", "metadata", "dependencies", "history"}
 	fixtureTaskEventKeys   = []string{"timestamp", "event_type", "agent_id", "details"}
@@ -148,7 +148,7 @@ func TestProtocol_JSONOptionalFieldsOmitted(t *testing.T) {
 	checkKeys(t, mustJSON(t, protocol.TaskContext{}), "task_id", "task_type", "metadata", "dependencies", "history")
 	checkKeys(t, mustJSON(t, protocol.HelpResponse{}), "responder_id", "request_id", "response_type", "content", "follow_up_required", "estimated_effort")
 	checkKeys(t, mustJSON(t, protocol.TaskHandoffResponse{}), "accepted", "agent_id", "requirements")
-	// Priority accepts seed 004's "medium" as normal.
+	// Priority accepts "medium" as normal.
 	var c protocol.TaskContext
 	if err := json.Unmarshal([]byte(`{"priority":"medium"}`), &c); err != nil || c.Priority != wire.PriorityNormal {
 		t.Errorf("priority medium = %q, %v", c.Priority, err)
@@ -160,7 +160,7 @@ func TestProtocol_EnumsValid(t *testing.T) {
 	check := func(name string, valid []bool, got []string, want []string) {
 		t.Helper()
 		if !slices.Equal(got, want) {
-			t.Errorf("%s = %v, want seed 002's %v", name, got, want)
+			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 		for i, ok := range valid {
 			if !ok {

@@ -273,7 +273,7 @@ func TestPriority_Text(t *testing.T) {
 		}
 	}
 
-	// "medium" (seeds 000 and 001) is accepted on input as normal.
+	// "medium" is accepted on input as normal.
 	if got, err := wire.ParsePriority("medium"); err != nil || got != wire.PriorityNormal {
 		t.Errorf("ParsePriority(medium) = %q, %v, want normal", got, err)
 	}
@@ -383,7 +383,7 @@ func TestErrorCode_Retryable(t *testing.T) {
 		wire.CodeUnavailable:       true,
 		wire.CodeBusy:              true,
 		wire.CodeRateLimit:         true,
-		wire.CodeInternal:          true, // seed 004: "maybe"; a crash may be transient
+		wire.CodeInternal:          true, // a crash may be transient
 		wire.CodeInvalid:           false,
 		wire.CodeRejected:          false,
 		wire.CodeCapabilityMissing: false,
