@@ -27,6 +27,13 @@
 // ([MarkKey]). [KVSubject] is the subject a key is stored on, for puts that
 // need headers such as a per-key TTL.
 //
+// # Shared-state and session keys
+//
+// The shared-state bucket ([Scheme.StateBucket]) holds one key per entity,
+// "<kind in lower case>.<id>", e.g. "task.t1" ([StateKey], [StateFilter],
+// [ParseStateKey]). The sessions bucket ([Scheme.SessionsBucket]) holds one
+// key per session: its id ([SessionKey]).
+//
 // # Tokens
 //
 // Agent ids, topics and the prefix are tokens: 1 to 64 characters from
