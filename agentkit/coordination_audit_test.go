@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -52,15 +53,15 @@ func TestTaskState_ReplayRecordedOnce(t *testing.T) {
 		agentkit.WithTaskID("t1"), agentkit.WithMessageType(wire.TypeNotification)); err != nil {
 		t.Fatal(err)
 	}
-	state, err := recv.State(ctx(t))
+	shared, err := recv.State(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "update recorded", func() bool {
-		task, err := state.Task(ctx(t), "t1")
+		task, err := shared.Task(ctx(t), "t1")
 		return err == nil && len(task.History) == 1
 	})
-	first, err := state.Get(ctx(t), agentkit.EntityTask, "t1")
+	first, err := shared.Get(ctx(t), state.EntityTask, "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +74,10 @@ func TestTaskState_ReplayRecordedOnce(t *testing.T) {
 	}
 	// Wait for the replay's recording: the task's revision moves on.
 	eventually(t, 5*time.Second, "replay recorded", func() bool {
-		e, err := state.Get(ctx(t), agentkit.EntityTask, "t1")
+		e, err := shared.Get(ctx(t), state.EntityTask, "t1")
 		return err == nil && e.Revision > first.Revision
 	})
-	task, err := state.Task(ctx(t), "t1")
+	task, err := shared.Task(ctx(t), "t1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
@@ -208,15 +209,15 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 	if _, err := orch.Send(ctx(t), "executor", protocol.ActionTaskAssign, protocol.TaskAssignment{TaskID: "t1", TaskType: "db_update"}, agentkit.WithTaskID("t1")); err != nil {
 		t.Fatal(err)
 	}
-	state, err := orch.State(ctx(t))
+	shared, err := orch.State(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var task *agentkit.TaskState
+	var task *state.TaskState
 	// The executor records the assignment when it acks it, which is after
 	// its handler sent the update and completion: wait for all three.
 	eventually(t, 5*time.Second, "task t1 completed with three events", func() bool {
-		task, err = state.Task(ctx(t), "t1")
+		task, err = shared.Task(ctx(t), "t1")
 		return err == nil && task.Status == protocol.TaskCompleted && len(task.History) == 3
 	})
 	var events []string
@@ -234,7 +235,7 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "t2 handed off and assigned", func() bool {
-		task, err = state.Task(ctx(t), "t2")
+		task, err = shared.Task(ctx(t), "t2")
 		if err != nil || task.AssignedAgent != "executor_db" {
 			return false
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -28,18 +29,18 @@ func TestAgentState_WithoutProvisioningOnlyBinds(t *testing.T) {
 		t.Fatalf("the state bucket after State without provisioning: %v, want none", err)
 	}
 
-	admin, err := agentkit.NewState(ctx(t), js, subjects.Default, 1)
+	admin, err := state.Open(ctx(t), js, subjects.Default, 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Create(ctx(t), agentkit.EntityPolicy, "p1", map[string]int{"limit": 3}); err != nil {
+	if _, err := admin.Create(ctx(t), state.EntityPolicy, "p1", map[string]int{"limit": 3}); err != nil {
 		t.Fatal(err)
 	}
-	state, err := a.State(ctx(t))
+	shared, err := a.State(ctx(t))
 	if err != nil {
 		t.Fatalf("State once the bucket exists: %v", err)
 	}
-	if _, err := state.Get(ctx(t), agentkit.EntityPolicy, "p1"); err != nil {
+	if _, err := shared.Get(ctx(t), state.EntityPolicy, "p1"); err != nil {
 		t.Fatalf("Get through the bound state: %v", err)
 	}
 }

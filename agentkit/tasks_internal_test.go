@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
@@ -31,11 +32,11 @@ func TestTrackTask_AnswersAreNotTheAction(t *testing.T) {
 	a.trackTask(assign.NewErrorReply("exec", wire.NewError(wire.CodeInternal, "boom")))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	state, err := a.State(ctx)
+	shared, err := a.State(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ts, err := state.Task(ctx, "t1"); !errors.Is(err, ErrNotFound) {
+	if ts, err := shared.Task(ctx, "t1"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("after an ack and an error reply: task %+v, %v; want none", ts, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
@@ -34,19 +35,19 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 	cases := []struct {
 		name        string
 		late, early taskMsg // late is sent first but recorded last
-		want        func(*agentkit.TaskState) string
+		want        func(*state.TaskState) string
 	}{{
 		name:  "older update",
 		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskPending, Progress: 0.4}},
 		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress, Progress: 0.8}},
-		want: func(ts *agentkit.TaskState) string {
+		want: func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress", ts.Status)
 		},
 	}, {
 		name:  "older failure",
 		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskFailed, payload: protocol.TaskFailure{Error: failure}},
 		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskComplete, payload: protocol.TaskComplete{Result: json.RawMessage(`{"ok":true}`)}},
-		want: func(ts *agentkit.TaskState) string {
+		want: func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskCompleted && string(ts.Result) == `{"ok":true}` && ts.Error == nil,
 				"status %s, result %s, error %v; want completed with the result and no error", ts.Status, ts.Result, ts.Error)
 		},
@@ -54,7 +55,7 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 		name:  "older assignment",
 		late:  taskMsg{from: "orch", to: "exec_a", action: protocol.ActionTaskAssign, payload: protocol.TaskAssignment{TaskType: "db"}},
 		early: taskMsg{from: "orch", to: "exec_b", action: protocol.ActionTaskAssign, payload: protocol.TaskAssignment{TaskType: "db"}},
-		want: func(ts *agentkit.TaskState) string {
+		want: func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskInProgress && ts.AssignedAgent == "exec_b",
 				"status %s, assigned to %q; want in_progress, exec_b", ts.Status, ts.AssignedAgent)
 		},
@@ -62,21 +63,21 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 		name:  "completion before a newer update",
 		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskComplete, payload: protocol.TaskComplete{Result: json.RawMessage(`1`)}},
 		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress, Progress: 0.9}},
-		want: func(ts *agentkit.TaskState) string {
+		want: func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskCompleted && string(ts.Result) == `1`, "status %s, result %s; want completed, 1", ts.Status, ts.Result)
 		},
 	}, {
 		name:  "same time, smaller id",
 		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskPending}, at: tie, id: "m-1"},
 		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress}, at: tie, id: "m-2"},
-		want: func(ts *agentkit.TaskState) string {
+		want: func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
 		},
 	}, {
 		name:  "same time, greater id",
 		late:  taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskInProgress}, at: tie, id: "m-2"},
 		early: taskMsg{from: "exec_a", to: "orch", action: protocol.ActionTaskUpdate, payload: protocol.TaskUpdate{Status: protocol.TaskPending}, at: tie, id: "m-1"},
-		want: func(ts *agentkit.TaskState) string {
+		want: func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress (m-2)", ts.Status)
 		},
 	}}
@@ -132,14 +133,14 @@ func TestTaskState_CurrentFieldsFollowNewestMessage(t *testing.T) {
 				t.Fatalf("timestamps %v, %v not increasing", late.Timestamp, early.Timestamp)
 			}
 
-			state, err := agents["orch"].State(c)
+			shared, err := agents["orch"].State(c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ts *agentkit.TaskState
+			var ts *state.TaskState
 			recorded := func(n int) func() bool {
 				return func() bool {
-					ts, err = state.Task(c, task)
+					ts, err = shared.Task(c, task)
 					return err == nil && len(ts.History) == n
 				}
 			}
@@ -203,22 +204,22 @@ func TestTaskState_EveryActionRecordedFromPayloadTaskID(t *testing.T) {
 	cases := []struct {
 		action  string
 		payload any
-		want    func(*agentkit.TaskState) string
+		want    func(*state.TaskState) string
 	}{
-		{protocol.ActionTaskAssign, protocol.TaskAssignment{TaskType: "db"}, func(ts *agentkit.TaskState) string {
+		{protocol.ActionTaskAssign, protocol.TaskAssignment{TaskType: "db"}, func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskInProgress && ts.AssignedAgent == "recv",
 				"status %s, assigned to %q; want in_progress, recv", ts.Status, ts.AssignedAgent)
 		}},
-		{protocol.ActionTaskUpdate, protocol.TaskUpdate{Status: protocol.TaskInProgress, Progress: 0.5}, func(ts *agentkit.TaskState) string {
+		{protocol.ActionTaskUpdate, protocol.TaskUpdate{Status: protocol.TaskInProgress, Progress: 0.5}, func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskInProgress, "status %s, want in_progress", ts.Status)
 		}},
-		{protocol.ActionTaskComplete, protocol.TaskComplete{Result: json.RawMessage(`1`)}, func(ts *agentkit.TaskState) string {
+		{protocol.ActionTaskComplete, protocol.TaskComplete{Result: json.RawMessage(`1`)}, func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskCompleted && string(ts.Result) == `1`, "status %s, result %s; want completed, 1", ts.Status, ts.Result)
 		}},
-		{protocol.ActionTaskFailed, protocol.TaskFailure{Error: failure}, func(ts *agentkit.TaskState) string {
+		{protocol.ActionTaskFailed, protocol.TaskFailure{Error: failure}, func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskFailed && ts.Error != nil, "status %s, error %v; want failed with the report", ts.Status, ts.Error)
 		}},
-		{protocol.ActionTaskHandoff, protocol.TaskHandoffRequest{FromAgent: "sender", ToAgent: "recv", Reason: protocol.HandoffLoadBalancing}, func(ts *agentkit.TaskState) string {
+		{protocol.ActionTaskHandoff, protocol.TaskHandoffRequest{FromAgent: "sender", ToAgent: "recv", Reason: protocol.HandoffLoadBalancing}, func(ts *state.TaskState) string {
 			return expect(ts.Status == protocol.TaskPending && ts.AssignedAgent == "", "status %s, assigned to %q; want pending, none", ts.Status, ts.AssignedAgent)
 		}},
 	}
@@ -238,13 +239,13 @@ func TestTaskState_EveryActionRecordedFromPayloadTaskID(t *testing.T) {
 			if env.TaskID != "" {
 				t.Fatalf("task_id %q set on the envelope, want it in the payload only", env.TaskID)
 			}
-			state, err := sender.State(c)
+			shared, err := sender.State(c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ts *agentkit.TaskState
+			var ts *state.TaskState
 			eventually(t, 10*time.Second, "the message recorded", func() bool {
-				ts, err = state.Task(c, task)
+				ts, err = shared.Task(c, task)
 				return err == nil && len(ts.History) == 1
 			})
 			if ev := ts.History[0]; "task."+ev.EventType != tc.action || ev.Details["message_id"] != env.MessageID || ev.Details["receiver"] != "recv" {

@@ -1,4 +1,4 @@
-package agentkit
+package state
 
 import (
 	"context"
@@ -25,8 +25,8 @@ const minSessionTTL = time.Second
 
 // Session is a shared conversation context between agents:
 // who takes part, the task, and the decisions and artifacts so far. Agents
-// refer to it with the envelope's session_id ([WithSessionID]) and read it
-// with [Sessions.Get].
+// refer to it with the envelope's session_id (agentkit.WithSessionID) and
+// read it with [Sessions.Get].
 type Session struct {
 	ID           string         `json:"id"`
 	Initiator    string         `json:"initiator"`
@@ -75,13 +75,15 @@ type Sessions struct {
 	bucket string
 }
 
-// NewSessions creates the sessions bucket of scheme if it is missing (one
+// OpenSessions binds to the sessions bucket of scheme as it exists. When
+// provision is true it first creates the bucket if it is missing (one
 // revision per key, file storage, per-key TTLs enabled, replicas copies; 0
-// means 1) or binds to it. An existing bucket must allow per-key TTLs
+// means 1); without provisioning a missing bucket is an error matching
+// jetstream.ErrBucketNotFound. The bucket must allow per-key TTLs
 // (KeyValueConfig.LimitMarkerTTL), else sessions could never expire and
-// NewSessions fails with an error matching [ErrInvalidOption]. It starts no
+// OpenSessions fails with an error matching [ErrInvalid]. It starts no
 // goroutine.
-func NewSessions(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int) (*Sessions, error) {
+func OpenSessions(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, provision bool) (*Sessions, error) {
 	name := scheme.SessionsBucket()
 	kv, err := bucket.KeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:         name,
@@ -90,16 +92,16 @@ func NewSessions(ctx context.Context, js jetstream.JetStream, scheme subjects.Sc
 		Storage:        jetstream.FileStorage,
 		Replicas:       replicas,
 		LimitMarkerTTL: sessionMarkerTTL,
-	}, true)
+	}, provision)
 	if err != nil {
 		return nil, bucketErr(err)
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: bucket %s: %w", name, err)
+		return nil, fmt.Errorf("state: bucket %s: %w", name, err)
 	}
 	if st.LimitMarkerTTL() <= 0 {
-		return nil, fmt.Errorf("%w: bucket %s does not allow per-key TTLs (LimitMarkerTTL is 0)", ErrInvalidOption, name)
+		return nil, fmt.Errorf("%w: bucket %s does not allow per-key TTLs (LimitMarkerTTL is 0)", ErrInvalid, name)
 	}
 	return &Sessions{js: js, kv: kv, bucket: name}, nil
 }
@@ -109,7 +111,7 @@ func NewSessions(ctx context.Context, js jetstream.JetStream, scheme subjects.Sc
 // given agents, without duplicates. Every agent id must be a subject token.
 func (s *Sessions) Create(ctx context.Context, initiator string, ttl time.Duration, task string, participants ...string) (*Session, error) {
 	if ttl < minSessionTTL {
-		return nil, fmt.Errorf("%w: session ttl %v < %v", ErrInvalidOption, ttl, minSessionTTL)
+		return nil, fmt.Errorf("%w: session ttl %v < %v", ErrInvalid, ttl, minSessionTTL)
 	}
 	members := make([]string, 0, len(participants)+1)
 	for _, p := range append([]string{initiator}, participants...) {
@@ -131,10 +133,10 @@ func (s *Sessions) Create(ctx context.Context, initiator string, ttl time.Durati
 	}
 	b, err := json.Marshal(sess)
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: session create: encode: %w", err)
+		return nil, fmt.Errorf("state: session create: encode: %w", err)
 	}
 	if _, err := s.kv.Create(ctx, sess.ID, b, jetstream.KeyTTL(serverTTL(ttl))); err != nil {
-		return nil, fmt.Errorf("agentkit: session create %s: %w", sess.ID, err)
+		return nil, fmt.Errorf("state: session create %s: %w", sess.ID, err)
 	}
 	return sess, nil
 }
@@ -148,19 +150,20 @@ func (s *Sessions) Get(ctx context.Context, id string) (*Session, error) {
 
 // get returns session id and its revision.
 func (s *Sessions) get(ctx context.Context, id string) (*Session, uint64, error) {
-	if err := subjects.ValidateToken("session id", id); err != nil {
+	key, err := subjects.SessionKey(id)
+	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	e, err := s.kv.Get(ctx, id)
+	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("%w: session %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("agentkit: session get %s: %w", id, err)
+		return nil, 0, fmt.Errorf("state: session get %s: %w", id, err)
 	}
 	var sess Session
 	if err := json.Unmarshal(e.Value(), &sess); err != nil {
-		return nil, 0, fmt.Errorf("agentkit: session get %s: decode: %w", id, err)
+		return nil, 0, fmt.Errorf("state: session get %s: decode: %w", id, err)
 	}
 	if !time.Now().Before(sess.ExpiresAt) {
 		return nil, 0, fmt.Errorf("%w: session %s expired at %s", ErrNotFound, id, sess.ExpiresAt.Format(time.RFC3339))
@@ -190,7 +193,7 @@ func (s *Sessions) AddDecision(ctx context.Context, id string, d Decision) (*Ses
 		return nil, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	if d.Decision == "" {
-		return nil, fmt.Errorf("%w: empty decision", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: empty decision", ErrInvalid)
 	}
 	if d.At.IsZero() {
 		d.At = time.Now()
@@ -209,7 +212,7 @@ func (s *Sessions) AddArtifact(ctx context.Context, id string, a Artifact) (*Ses
 		return nil, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	if a.Name == "" {
-		return nil, fmt.Errorf("%w: artifact without a name", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: artifact without a name", ErrInvalid)
 	}
 	if a.At.IsZero() {
 		a.At = time.Now()
@@ -236,7 +239,7 @@ func insertByTime[T any](list []T, v T, at func(T) time.Time) []T {
 // Delete removes session id at once, or returns an error matching
 // [ErrNotFound] if it does not exist or has expired.
 func (s *Sessions) Delete(ctx context.Context, id string) error {
-	return bucket.Retry(ctx, ErrConflict, "agentkit: session delete "+id, func() error {
+	return bucket.Retry(ctx, ErrConflict, "state: session delete "+id, func() error {
 		_, rev, err := s.get(ctx, id)
 		if err != nil {
 			return err
@@ -247,7 +250,7 @@ func (s *Sessions) Delete(ctx context.Context, id string) error {
 			return err
 		}
 		if err != nil {
-			return fmt.Errorf("agentkit: session delete %s: %w", id, err)
+			return fmt.Errorf("state: session delete %s: %w", id, err)
 		}
 		return nil
 	})
@@ -261,7 +264,7 @@ func (s *Sessions) Delete(ctx context.Context, id string) error {
 func (s *Sessions) update(ctx context.Context, id string, fn func(*Session)) (*Session, error) {
 	subject := subjects.KVSubject(s.bucket, id)
 	var updated *Session
-	err := bucket.Retry(ctx, ErrConflict, "agentkit: session update "+id, func() error {
+	err := bucket.Retry(ctx, ErrConflict, "state: session update "+id, func() error {
 		sess, rev, err := s.get(ctx, id)
 		if err != nil {
 			return err
@@ -273,7 +276,7 @@ func (s *Sessions) update(ctx context.Context, id string, fn func(*Session)) (*S
 		}
 		b, err := json.Marshal(sess)
 		if err != nil {
-			return fmt.Errorf("agentkit: session update %s: encode: %w", id, err)
+			return fmt.Errorf("state: session update %s: encode: %w", id, err)
 		}
 		_, err = s.js.Publish(ctx, subject, b,
 			jetstream.WithMsgTTL(serverTTL(remaining)),
@@ -282,7 +285,7 @@ func (s *Sessions) update(ctx context.Context, id string, fn func(*Session)) (*S
 			return err
 		}
 		if err != nil {
-			return fmt.Errorf("agentkit: session update %s: %w", id, err)
+			return fmt.Errorf("state: session update %s: %w", id, err)
 		}
 		updated = sess
 		return nil

@@ -1,4 +1,4 @@
-package agentkit_test
+package state_test
 
 import (
 	"errors"
@@ -10,20 +10,20 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // sessionStore opens the sessions store of m's server on a new connection.
-func (m *mesh) sessionStore() *agentkit.Sessions {
+func (m *mesh) sessionStore() *state.Sessions {
 	m.t.Helper()
 	js, err := jetstream.New(m.conn())
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	s, err := agentkit.NewSessions(ctx(m.t), js, subjects.Default, 1)
+	s, err := state.OpenSessions(ctx(m.t), js, subjects.Default, 1, true)
 	if err != nil {
-		m.t.Fatalf("NewSessions: %v", err)
+		m.t.Fatalf("OpenSessions: %v", err)
 	}
 	return s
 }
@@ -67,13 +67,13 @@ func TestSessions_Lifecycle(t *testing.T) {
 	}
 
 	t0 := time.Now().UTC().Add(-time.Minute)
-	if _, err := s.AddDecision(c, sess.ID, agentkit.Decision{By: "planner", Decision: "add indices", At: t0.Add(2 * time.Second)}); err != nil {
+	if _, err := s.AddDecision(c, sess.ID, state.Decision{By: "planner", Decision: "add indices", At: t0.Add(2 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddDecision(c, sess.ID, agentkit.Decision{By: "executor", Decision: "use JSONL", At: t0}); err != nil {
+	if _, err := s.AddDecision(c, sess.ID, state.Decision{By: "executor", Decision: "use JSONL", At: t0}); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.AddDecision(c, sess.ID, agentkit.Decision{By: "critic", Decision: "no decision time"})
+	got, err = s.AddDecision(c, sess.ID, state.Decision{By: "critic", Decision: "no decision time"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestSessions_Lifecycle(t *testing.T) {
 		t.Error("zero decision time not set")
 	}
 
-	got, err = s.AddArtifact(c, sess.ID, agentkit.Artifact{Name: "report.md", Kind: "file", URI: "obj://mesh_payloads/report.md", By: "executor"})
+	got, err = s.AddArtifact(c, sess.ID, state.Artifact{Name: "report.md", Kind: "file", URI: "obj://mesh_payloads/report.md", By: "executor"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,16 +108,16 @@ func TestSessions_Lifecycle(t *testing.T) {
 	if err := s.Delete(c, sess.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(c, sess.ID); !errors.Is(err, agentkit.ErrNotFound) {
+	if _, err := s.Get(c, sess.ID); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
 	}
 	for name, err := range map[string]error{
 		"Delete":      s.Delete(c, sess.ID),
 		"Join":        errOf(s.Join(c, sess.ID, "late")),
-		"AddDecision": errOf(s.AddDecision(c, sess.ID, agentkit.Decision{By: "late", Decision: "x"})),
-		"AddArtifact": errOf(s.AddArtifact(c, sess.ID, agentkit.Artifact{By: "late", Name: "x"})),
+		"AddDecision": errOf(s.AddDecision(c, sess.ID, state.Decision{By: "late", Decision: "x"})),
+		"AddArtifact": errOf(s.AddArtifact(c, sess.ID, state.Artifact{By: "late", Name: "x"})),
 	} {
-		if !errors.Is(err, agentkit.ErrNotFound) {
+		if !errors.Is(err, state.ErrNotFound) {
 			t.Errorf("%s of a deleted session: %v, want ErrNotFound", name, err)
 		}
 	}
@@ -139,15 +139,15 @@ func TestSessions_InvalidArguments(t *testing.T) {
 		err     error
 		wantErr error
 	}{
-		{"ttl below 1s", errOf(s.Create(c, "planner", 500*time.Millisecond, "")), agentkit.ErrInvalidOption},
-		{"bad initiator", errOf(s.Create(c, "a.b", time.Minute, "")), agentkit.ErrInvalidID},
-		{"bad participant", errOf(s.Create(c, "planner", time.Minute, "", "x y")), agentkit.ErrInvalidID},
-		{"bad session id", errOf(s.Get(c, "sess.1")), agentkit.ErrInvalidID},
-		{"unknown session", errOf(s.Get(c, "sess_unknown")), agentkit.ErrNotFound},
-		{"bad joiner", errOf(s.Join(c, sess.ID, "*")), agentkit.ErrInvalidID},
-		{"decision without author", errOf(s.AddDecision(c, sess.ID, agentkit.Decision{Decision: "x"})), agentkit.ErrInvalidID},
-		{"empty decision", errOf(s.AddDecision(c, sess.ID, agentkit.Decision{By: "planner"})), agentkit.ErrInvalidOption},
-		{"artifact without name", errOf(s.AddArtifact(c, sess.ID, agentkit.Artifact{By: "planner"})), agentkit.ErrInvalidOption},
+		{"ttl below 1s", errOf(s.Create(c, "planner", 500*time.Millisecond, "")), state.ErrInvalid},
+		{"bad initiator", errOf(s.Create(c, "a.b", time.Minute, "")), state.ErrInvalidID},
+		{"bad participant", errOf(s.Create(c, "planner", time.Minute, "", "x y")), state.ErrInvalidID},
+		{"bad session id", errOf(s.Get(c, "sess.1")), state.ErrInvalidID},
+		{"unknown session", errOf(s.Get(c, "sess_unknown")), state.ErrNotFound},
+		{"bad joiner", errOf(s.Join(c, sess.ID, "*")), state.ErrInvalidID},
+		{"decision without author", errOf(s.AddDecision(c, sess.ID, state.Decision{Decision: "x"})), state.ErrInvalidID},
+		{"empty decision", errOf(s.AddDecision(c, sess.ID, state.Decision{By: "planner"})), state.ErrInvalid},
+		{"artifact without name", errOf(s.AddArtifact(c, sess.ID, state.Artifact{By: "planner"})), state.ErrInvalid},
 	} {
 		if !errors.Is(tt.err, tt.wantErr) {
 			t.Errorf("%s: %v, want %v", tt.name, tt.err, tt.wantErr)
@@ -159,7 +159,7 @@ func TestSessions_ConcurrentDecisionsAllLandInTimeOrder(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	c := ctx(t)
-	writers := []*agentkit.Sessions{m.sessionStore(), m.sessionStore()}
+	writers := []*state.Sessions{m.sessionStore(), m.sessionStore()}
 	sess, err := writers[0].Create(c, "planner", time.Hour, "race")
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestSessions_ConcurrentDecisionsAllLandInTimeOrder(t *testing.T) {
 			for i := range perWriter {
 				// Interleaved timestamps, written out of order.
 				at := base.Add(time.Duration((perWriter-i)*2+w) * time.Millisecond)
-				if _, err := s.AddDecision(c, sess.ID, agentkit.Decision{By: agent, Decision: at.Format(time.RFC3339Nano), At: at}); err != nil {
+				if _, err := s.AddDecision(c, sess.ID, state.Decision{By: agent, Decision: at.Format(time.RFC3339Nano), At: at}); err != nil {
 					t.Errorf("AddDecision: %v", err)
 				}
 			}
@@ -232,7 +232,7 @@ func TestSessions_ExpiresAfterUpdate(t *testing.T) {
 	if _, err := s.Join(c, updated.ID, "executor"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddDecision(c, updated.ID, agentkit.Decision{By: "executor", Decision: "go"}); err != nil {
+	if _, err := s.AddDecision(c, updated.ID, state.Decision{By: "executor", Decision: "go"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Get(c, updated.ID); err != nil || len(got.Participants) != 2 {
@@ -243,7 +243,7 @@ func TestSessions_ExpiresAfterUpdate(t *testing.T) {
 		// Get hides the session from ExpiresAt on ...
 		eventually(t, ttl+3*time.Second, "Get reports "+id+" expired", func() bool {
 			_, err := s.Get(c, id)
-			return errors.Is(err, agentkit.ErrNotFound)
+			return errors.Is(err, state.ErrNotFound)
 		})
 		// ... and the server removes it, updated or not.
 		eventually(t, ttl+3*time.Second, "server removes "+id, func() bool {
@@ -251,7 +251,7 @@ func TestSessions_ExpiresAfterUpdate(t *testing.T) {
 			return errors.Is(err, jetstream.ErrKeyNotFound)
 		})
 	}
-	if _, err := s.Join(c, updated.ID, "late"); !errors.Is(err, agentkit.ErrNotFound) {
+	if _, err := s.Join(c, updated.ID, "late"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Join of an expired session: %v, want ErrNotFound", err)
 	}
 }
@@ -267,18 +267,18 @@ func TestSessions_BucketWithoutTTLRefused(t *testing.T) {
 	if _, err := js.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: "mesh_sessions"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := agentkit.NewSessions(c, js, subjects.Default, 1); !errors.Is(err, agentkit.ErrInvalidOption) {
-		t.Fatalf("NewSessions on a bucket without LimitMarkerTTL: %v, want ErrInvalidOption", err)
+	if _, err := state.OpenSessions(c, js, subjects.Default, 1, true); !errors.Is(err, state.ErrInvalid) {
+		t.Fatalf("OpenSessions on a bucket without LimitMarkerTTL: %v, want ErrInvalid", err)
 	}
 }
 
 func TestSessions_JSON(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 10, 14, 30, 0, 0, time.UTC)
-	b := mustJSON(t, agentkit.Session{ID: "sess_1", Initiator: "a", Participants: []string{"a"}, CreatedAt: at, ExpiresAt: at,
-		Context: agentkit.SessionContext{Task: "t",
-			Decisions: []agentkit.Decision{{By: "a", Decision: "d", At: at}},
-			Artifacts: []agentkit.Artifact{{Name: "n", Kind: "k", URI: "u", By: "a", At: at}}}})
+	b := mustJSON(t, state.Session{ID: "sess_1", Initiator: "a", Participants: []string{"a"}, CreatedAt: at, ExpiresAt: at,
+		Context: state.SessionContext{Task: "t",
+			Decisions: []state.Decision{{By: "a", Decision: "d", At: at}},
+			Artifacts: []state.Artifact{{Name: "n", Kind: "k", URI: "u", By: "a", At: at}}}})
 	checkKeys(t, b, "id", "initiator", "participants", "created_at", "expires_at", "context")
 	checkKeys(t, subObject(t, b, "context"), "task", "decisions", "artifacts")
 }

@@ -1,4 +1,4 @@
-package agentkit_test
+package state_test
 
 import (
 	"context"
@@ -13,22 +13,22 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // sharedState opens the shared state of m's server on a new connection.
-func (m *mesh) sharedState() *agentkit.State {
+func (m *mesh) sharedState() *state.State {
 	m.t.Helper()
 	js, err := jetstream.New(m.conn())
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	s, err := agentkit.NewState(ctx(m.t), js, subjects.Default, 1)
+	s, err := state.Open(ctx(m.t), js, subjects.Default, 1, true)
 	if err != nil {
-		m.t.Fatalf("NewState: %v", err)
+		m.t.Fatalf("Open: %v", err)
 	}
 	return s
 }
@@ -43,39 +43,39 @@ func TestState_CreateGetDelete(t *testing.T) {
 	s := m.sharedState()
 	c := ctx(t)
 
-	if _, err := s.Get(c, agentkit.EntityAgent, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+	if _, err := s.Get(c, state.EntityAgent, "a1"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Get of missing entry: %v, want ErrNotFound", err)
 	}
-	rev, err := s.Create(c, agentkit.EntityAgent, "a1", map[string]string{"state": "IDLE"})
+	rev, err := s.Create(c, state.EntityAgent, "a1", map[string]string{"state": "IDLE"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Create(c, agentkit.EntityAgent, "a1", map[string]string{"state": "BUSY"}); !errors.Is(err, agentkit.ErrExists) {
+	if _, err := s.Create(c, state.EntityAgent, "a1", map[string]string{"state": "BUSY"}); !errors.Is(err, state.ErrExists) {
 		t.Fatalf("second Create: %v, want ErrExists", err)
 	}
-	e, err := s.Get(c, agentkit.EntityAgent, "a1")
+	e, err := s.Get(c, state.EntityAgent, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Kind != agentkit.EntityAgent || e.ID != "a1" || e.Revision != rev || string(e.Value) != `{"state":"IDLE"}` || e.Updated.IsZero() {
+	if e.Kind != state.EntityAgent || e.ID != "a1" || e.Revision != rev || string(e.Value) != `{"state":"IDLE"}` || e.Updated.IsZero() {
 		t.Fatalf("Get = %+v (value %s), want revision %d and the created value", e, e.Value, rev)
 	}
 	// The same id under another kind is another entry.
-	if _, err := s.Get(c, agentkit.EntityTask, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+	if _, err := s.Get(c, state.EntityTask, "a1"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Get of other kind: %v, want ErrNotFound", err)
 	}
 
-	if err := s.Delete(c, agentkit.EntityAgent, "a1"); err != nil {
+	if err := s.Delete(c, state.EntityAgent, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(c, agentkit.EntityAgent, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+	if _, err := s.Get(c, state.EntityAgent, "a1"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
 	}
-	if err := s.Delete(c, agentkit.EntityAgent, "a1"); !errors.Is(err, agentkit.ErrNotFound) {
+	if err := s.Delete(c, state.EntityAgent, "a1"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("second Delete: %v, want ErrNotFound", err)
 	}
 	// A deleted entry can be created again.
-	if _, err := s.Create(c, agentkit.EntityAgent, "a1", map[string]string{"state": "BUSY"}); err != nil {
+	if _, err := s.Create(c, state.EntityAgent, "a1", map[string]string{"state": "BUSY"}); err != nil {
 		t.Fatalf("Create after Delete: %v", err)
 	}
 
@@ -99,7 +99,7 @@ func TestState_CreateGetDelete(t *testing.T) {
 		t.Errorf("bucket history = %d, want 16", st.History())
 	}
 
-	// A second NewState binds to the existing bucket.
+	// A second Open binds to the existing bucket.
 	if s2 := m.sharedState(); s2 == nil {
 		t.Fatal("nil State")
 	}
@@ -112,16 +112,16 @@ func TestState_InvalidArguments(t *testing.T) {
 	c := ctx(t)
 	for _, tt := range []struct {
 		name    string
-		kind    agentkit.EntityKind
+		kind    state.EntityKind
 		id      string
 		wantErr error
 	}{
-		{name: "dot", kind: agentkit.EntityTask, id: "a.b", wantErr: agentkit.ErrInvalidID},
-		{name: "wildcard", kind: agentkit.EntityTask, id: "*", wantErr: agentkit.ErrInvalidID},
-		{name: "empty", kind: agentkit.EntityTask, id: "", wantErr: agentkit.ErrInvalidID},
-		{name: "space", kind: agentkit.EntityTask, id: "a b", wantErr: agentkit.ErrInvalidID},
-		{name: "too long", kind: agentkit.EntityTask, id: strings.Repeat("a", 65), wantErr: agentkit.ErrInvalidID},
-		{name: "unknown kind", kind: "JOB", id: "t1", wantErr: agentkit.ErrInvalidOption},
+		{name: "dot", kind: state.EntityTask, id: "a.b", wantErr: state.ErrInvalidID},
+		{name: "wildcard", kind: state.EntityTask, id: "*", wantErr: state.ErrInvalidID},
+		{name: "empty", kind: state.EntityTask, id: "", wantErr: state.ErrInvalidID},
+		{name: "space", kind: state.EntityTask, id: "a b", wantErr: state.ErrInvalidID},
+		{name: "too long", kind: state.EntityTask, id: strings.Repeat("a", 65), wantErr: state.ErrInvalidID},
+		{name: "unknown kind", kind: "JOB", id: "t1", wantErr: state.ErrInvalid},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := s.Get(c, tt.kind, tt.id); !errors.Is(err, tt.wantErr) {
@@ -138,30 +138,30 @@ func TestState_InvalidArguments(t *testing.T) {
 			}
 		})
 	}
-	if _, err := s.Task(c, "t.1"); !errors.Is(err, agentkit.ErrInvalidID) {
+	if _, err := s.Task(c, "t.1"); !errors.Is(err, state.ErrInvalidID) {
 		t.Errorf("Task: %v, want ErrInvalidID", err)
 	}
-	if _, err := s.UpdateTask(c, "t>", func(*agentkit.TaskState) error { return nil }); !errors.Is(err, agentkit.ErrInvalidID) {
+	if _, err := s.UpdateTask(c, "t>", func(*state.TaskState) error { return nil }); !errors.Is(err, state.ErrInvalidID) {
 		t.Errorf("UpdateTask: %v, want ErrInvalidID", err)
 	}
-	if _, err := s.Watch(c, "JOB"); !errors.Is(err, agentkit.ErrInvalidOption) {
-		t.Errorf("Watch: %v, want ErrInvalidOption", err)
+	if _, err := s.Watch(c, "JOB"); !errors.Is(err, state.ErrInvalid) {
+		t.Errorf("Watch: %v, want ErrInvalid", err)
 	}
-	if _, err := agentkit.NewState(c, nil, subjects.Default, 1); !errors.Is(err, agentkit.ErrInvalidOption) {
-		t.Errorf("NewState(nil js): %v, want ErrInvalidOption", err)
+	if _, err := state.Open(c, nil, subjects.Default, 1, true); !errors.Is(err, state.ErrInvalid) {
+		t.Errorf("Open(nil js): %v, want ErrInvalid", err)
 	}
 	js, err := jetstream.New(m.conn())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := agentkit.NewState(c, js, subjects.Default, -1); !errors.Is(err, agentkit.ErrInvalidOption) {
-		t.Errorf("NewState(replicas -1): %v, want ErrInvalidOption", err)
+	if _, err := state.Open(c, js, subjects.Default, -1, true); !errors.Is(err, state.ErrInvalid) {
+		t.Errorf("Open(replicas -1): %v, want ErrInvalid", err)
 	}
 }
 
 // incrementCounter adds one to the counter of kind/id through Update.
-func incrementCounter(c context.Context, s *agentkit.State, id string) error {
-	_, err := s.Update(c, agentkit.EntityResource, id, func(old json.RawMessage) (any, error) {
+func incrementCounter(c context.Context, s *state.State, id string) error {
+	_, err := s.Update(c, state.EntityResource, id, func(old json.RawMessage) (any, error) {
 		var v stateCounter
 		if old != nil {
 			if err := json.Unmarshal(old, &v); err != nil {
@@ -182,11 +182,11 @@ func TestState_UpdateRacingWritersLoseNothing(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		id      string
-		writers []*agentkit.State
+		writers []*state.State
 	}{
 		// Two goroutines on one State, then two States on two connections.
-		{name: "one State", id: "c1", writers: []*agentkit.State{shared, shared}},
-		{name: "two connections", id: "c2", writers: []*agentkit.State{m.sharedState(), m.sharedState()}},
+		{name: "one State", id: "c1", writers: []*state.State{shared, shared}},
+		{name: "two connections", id: "c2", writers: []*state.State{m.sharedState(), m.sharedState()}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			id := tt.id
@@ -210,7 +210,7 @@ func TestState_UpdateRacingWritersLoseNothing(t *testing.T) {
 					t.Fatalf("Update: %v", err)
 				}
 			}
-			e, err := shared.Get(c, agentkit.EntityResource, id)
+			e, err := shared.Get(c, state.EntityResource, id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +231,7 @@ func TestState_UpdateFnErrorAborts(t *testing.T) {
 	s := m.sharedState()
 	c := ctx(t)
 	boom := errors.New("boom")
-	_, err := s.Update(c, agentkit.EntityPolicy, "p1", func(old json.RawMessage) (any, error) {
+	_, err := s.Update(c, state.EntityPolicy, "p1", func(old json.RawMessage) (any, error) {
 		if old != nil {
 			t.Errorf("old = %s, want nil for a missing entry", old)
 		}
@@ -240,16 +240,16 @@ func TestState_UpdateFnErrorAborts(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Update: %v, want the fn's error", err)
 	}
-	if _, err := s.Get(c, agentkit.EntityPolicy, "p1"); !errors.Is(err, agentkit.ErrNotFound) {
+	if _, err := s.Get(c, state.EntityPolicy, "p1"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Get after aborted Update: %v, want ErrNotFound", err)
 	}
 
-	policy := agentkit.PolicyState{Version: "1", EnabledChains: []string{"review"}, BudgetLimits: agentkit.PolicyBudgetLimits{Total: 10}}
-	e, err := s.Update(c, agentkit.EntityPolicy, "p1", func(json.RawMessage) (any, error) { return policy, nil })
+	policy := state.PolicyState{Version: "1", EnabledChains: []string{"review"}, BudgetLimits: state.PolicyBudgetLimits{Total: 10}}
+	e, err := s.Update(c, state.EntityPolicy, "p1", func(json.RawMessage) (any, error) { return policy, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Get(c, agentkit.EntityPolicy, "p1")
+	got, err := s.Get(c, state.EntityPolicy, "p1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestState_UpdateFnErrorAborts(t *testing.T) {
 }
 
 // nextChange receives one change or fails after 10s.
-func nextChange(t *testing.T, ch <-chan agentkit.StateChange) agentkit.StateChange {
+func nextChange(t *testing.T, ch <-chan state.StateChange) state.StateChange {
 	t.Helper()
 	select {
 	case c, ok := <-ch:
@@ -270,7 +270,7 @@ func nextChange(t *testing.T, ch <-chan agentkit.StateChange) agentkit.StateChan
 	case <-time.After(10 * time.Second):
 		t.Fatal("no state change within 10s")
 	}
-	return agentkit.StateChange{}
+	return state.StateChange{}
 }
 
 func TestState_Watch(t *testing.T) {
@@ -281,11 +281,11 @@ func TestState_Watch(t *testing.T) {
 
 	// Existing values are not replayed, and an existing key's first put
 	// seen by the watch is an UPDATE.
-	if _, err := s.Create(c, agentkit.EntityTask, "old", stateCounter{N: 1}); err != nil {
+	if _, err := s.Create(c, state.EntityTask, "old", stateCounter{N: 1}); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithCancel(c)
-	tasks, err := s.Watch(wctx, agentkit.EntityTask)
+	tasks, err := s.Watch(wctx, state.EntityTask)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,25 +294,25 @@ func TestState_Watch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r1, err := s.Create(c, agentkit.EntityTask, "t1", stateCounter{N: 1})
+	r1, err := s.Create(c, state.EntityTask, "t1", stateCounter{N: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Create(c, agentkit.EntityAgent, "a1", stateCounter{N: 7}); err != nil { // filtered out of tasks
+	if _, err := s.Create(c, state.EntityAgent, "a1", stateCounter{N: 7}); err != nil { // filtered out of tasks
 		t.Fatal(err)
 	}
-	e2, err := s.Update(c, agentkit.EntityTask, "t1", func(json.RawMessage) (any, error) { return stateCounter{N: 2}, nil })
+	e2, err := s.Update(c, state.EntityTask, "t1", func(json.RawMessage) (any, error) { return stateCounter{N: 2}, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	e3, err := s.Update(c, agentkit.EntityTask, "old", func(json.RawMessage) (any, error) { return stateCounter{N: 2}, nil })
+	e3, err := s.Update(c, state.EntityTask, "old", func(json.RawMessage) (any, error) { return stateCounter{N: 2}, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(c, agentkit.EntityTask, "t1"); err != nil {
+	if err := s.Delete(c, state.EntityTask, "t1"); err != nil {
 		t.Fatal(err)
 	}
-	r5, err := s.Create(c, agentkit.EntityTask, "t1", stateCounter{N: 3}) // after a delete: CREATE again
+	r5, err := s.Create(c, state.EntityTask, "t1", stateCounter{N: 3}) // after a delete: CREATE again
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,16 +322,16 @@ func TestState_Watch(t *testing.T) {
 		id    string
 		value string
 	}{
-		{agentkit.ChangeCreate, "t1", `{"n":1}`},
-		{agentkit.ChangeUpdate, "t1", `{"n":2}`},
-		{agentkit.ChangeUpdate, "old", `{"n":2}`},
-		{agentkit.ChangeDelete, "t1", ``},
-		{agentkit.ChangeCreate, "t1", `{"n":3}`},
+		{state.ChangeCreate, "t1", `{"n":1}`},
+		{state.ChangeUpdate, "t1", `{"n":2}`},
+		{state.ChangeUpdate, "old", `{"n":2}`},
+		{state.ChangeDelete, "t1", ``},
+		{state.ChangeCreate, "t1", `{"n":3}`},
 	}
 	var last uint64
 	for i, w := range want {
 		got := nextChange(t, tasks)
-		if got.Operation != w.op || got.Kind != agentkit.EntityTask || got.ID != w.id || string(got.Value) != w.value {
+		if got.Operation != w.op || got.Kind != state.EntityTask || got.ID != w.id || string(got.Value) != w.value {
 			t.Fatalf("change %d = %s %s %s %s, want %s TASK %s %s", i, got.Operation, got.Kind, got.ID, got.Value, w.op, w.id, w.value)
 		}
 		if got.Revision <= last || got.Timestamp.IsZero() {
@@ -359,23 +359,23 @@ func TestState_Watch(t *testing.T) {
 	}
 
 	// The unfiltered watch sees the agent entry too, between the two task changes.
-	var kinds []agentkit.EntityKind
+	var kinds []state.EntityKind
 	for range 6 {
 		kinds = append(kinds, nextChange(t, all).Kind)
 	}
-	if kinds[1] != agentkit.EntityAgent {
+	if kinds[1] != state.EntityAgent {
 		t.Errorf("unfiltered watch kinds = %v, want AGENT second", kinds)
 	}
 
 	// The change encodes as the protocol's StateUpdate.
-	b, err := json.Marshal(agentkit.StateChange{Operation: agentkit.ChangeCreate, Kind: agentkit.EntityTask, ID: "t1", Value: json.RawMessage(`{}`), Revision: 1})
+	b, err := json.Marshal(state.StateChange{Operation: state.ChangeCreate, Kind: state.EntityTask, ID: "t1", Value: json.RawMessage(`{}`), Revision: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkKeys(t, b, "operation", "entity_type", "entity_id", "changes", "version", "timestamp")
 
 	cancel()
-	for _, ch := range []<-chan agentkit.StateChange{tasks, all} {
+	for _, ch := range []<-chan state.StateChange{tasks, all} {
 		eventually(t, 10*time.Second, "watch channel closed after cancel", func() bool {
 			select {
 			case _, ok := <-ch:
@@ -393,10 +393,10 @@ func TestState_UpdateTask(t *testing.T) {
 	s := m.sharedState()
 	c := ctx(t)
 
-	if _, err := s.Task(c, "t1"); !errors.Is(err, agentkit.ErrNotFound) {
+	if _, err := s.Task(c, "t1"); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Task of a missing task: %v, want ErrNotFound", err)
 	}
-	created, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
+	created, err := s.UpdateTask(c, "t1", func(ts *state.TaskState) error {
 		if ts.ID != "t1" || ts.Status != protocol.TaskPending || ts.CreatedAt.IsZero() {
 			t.Errorf("new task = %+v, want pending t1 with CreatedAt", ts)
 		}
@@ -413,7 +413,7 @@ func TestState_UpdateTask(t *testing.T) {
 	for _, agent := range []string{"exec_a", "exec_b"} {
 		wg.Go(func() {
 			for i := range 10 {
-				_, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
+				_, err := s.UpdateTask(c, "t1", func(ts *state.TaskState) error {
 					ts.Status = protocol.TaskInProgress
 					ts.AssignedAgent = agent
 					ts.History = append(ts.History, protocol.TaskEvent{EventType: "progress", AgentID: agent, Details: map[string]any{"i": i}})
@@ -427,7 +427,7 @@ func TestState_UpdateTask(t *testing.T) {
 	}
 	wg.Wait()
 
-	done, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error {
+	done, err := s.UpdateTask(c, "t1", func(ts *state.TaskState) error {
 		ts.ID = "renamed" // restored by UpdateTask
 		ts.Status = protocol.TaskCompleted
 		ts.Result = json.RawMessage(`{"ok":true}`)
@@ -459,12 +459,12 @@ func TestState_UpdateTask(t *testing.T) {
 	}
 
 	// An invalid status is refused and nothing is written.
-	if _, err := s.UpdateTask(c, "t1", func(ts *agentkit.TaskState) error { ts.Status = "done"; return nil }); !errors.Is(err, agentkit.ErrInvalidOption) {
-		t.Fatalf("UpdateTask with status done: %v, want ErrInvalidOption", err)
+	if _, err := s.UpdateTask(c, "t1", func(ts *state.TaskState) error { ts.Status = "done"; return nil }); !errors.Is(err, state.ErrInvalid) {
+		t.Fatalf("UpdateTask with status done: %v, want ErrInvalid", err)
 	}
 	// fn's error aborts.
 	boom := errors.New("boom")
-	if _, err := s.UpdateTask(c, "t1", func(*agentkit.TaskState) error { return boom }); !errors.Is(err, boom) {
+	if _, err := s.UpdateTask(c, "t1", func(*state.TaskState) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("UpdateTask: %v, want fn's error", err)
 	}
 	again, err := s.Task(c, "t1")
@@ -476,7 +476,7 @@ func TestState_UpdateTask(t *testing.T) {
 	}
 
 	// The stored JSON uses the protocol's TaskState names.
-	e, err := s.Get(c, agentkit.EntityTask, "t1")
+	e, err := s.Get(c, state.EntityTask, "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func TestState_UpdateTask(t *testing.T) {
 
 func TestState_EnumsValid(t *testing.T) {
 	t.Parallel()
-	for _, k := range agentkit.EntityKinds {
+	for _, k := range state.EntityKinds {
 		if !k.Valid() {
 			t.Errorf("%s not valid", k)
 		}
@@ -495,7 +495,7 @@ func TestState_EnumsValid(t *testing.T) {
 			t.Errorf("%s not valid", s)
 		}
 	}
-	if agentkit.EntityKind("task").Valid() || protocol.TaskStatus("PENDING").Valid() || protocol.TaskPending.Terminal() {
+	if state.EntityKind("task").Valid() || protocol.TaskStatus("PENDING").Valid() || protocol.TaskPending.Terminal() {
 		t.Error("wrong spelling accepted, or pending terminal")
 	}
 }
@@ -522,19 +522,19 @@ func TestState_JSONFieldNames(t *testing.T) {
 	}{
 		{
 			name: "TaskState",
-			give: agentkit.TaskState{ID: "t1", Status: protocol.TaskFailed, AssignedAgent: "a", CreatedAt: at, UpdatedAt: later, Context: &taskCtx,
+			give: state.TaskState{ID: "t1", Status: protocol.TaskFailed, AssignedAgent: "a", CreatedAt: at, UpdatedAt: later, Context: &taskCtx,
 				Result: json.RawMessage(`1`), Error: &report, History: taskCtx.History},
 			keys:   []string{"id", "status", "assigned_agent", "created_at", "updated_at", "context", "result", "error", "history"},
 			nested: map[string][]string{"context": taskContextKeys, "history": taskEventKeys},
 		},
 		{
 			name: "ResourceAllocation",
-			give: agentkit.ResourceAllocation{AgentID: "a", ResourceType: "tokens", Allocated: 10, Consumed: 5, Limit: 20, ExpiresAt: &later},
+			give: state.ResourceAllocation{AgentID: "a", ResourceType: "tokens", Allocated: 10, Consumed: 5, Limit: 20, ExpiresAt: &later},
 			keys: []string{"agent_id", "resource_type", "allocated", "consumed", "limit", "expires_at"},
 		},
 		{
 			name: "PolicyState",
-			give: agentkit.PolicyState{Version: "1", EnabledChains: []string{"c"}},
+			give: state.PolicyState{Version: "1", EnabledChains: []string{"c"}},
 			keys: []string{"version", "enabled_chains", "risk_thresholds", "budget_limits", "circuit_breaker_config"},
 			nested: map[string][]string{
 				"risk_thresholds":        {"low", "high"},
@@ -566,7 +566,7 @@ func TestState_JSONFieldNames(t *testing.T) {
 func TestEntityKinds_Valid(t *testing.T) {
 	t.Parallel()
 	var got []string
-	for _, k := range agentkit.EntityKinds {
+	for _, k := range state.EntityKinds {
 		got = append(got, string(k))
 		if !k.Valid() {
 			t.Errorf("EntityKinds %s not Valid", k)

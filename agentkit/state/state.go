@@ -1,4 +1,4 @@
-package agentkit
+package state
 
 import (
 	"context"
@@ -6,25 +6,31 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
-	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// Errors of the shared state and session stores.
+// Errors of the shared state and session stores. Each is returned wrapped
+// with context; match with errors.Is.
 var (
 	// ErrNotFound: the state entry or session does not exist (or has expired).
-	ErrNotFound = errors.New("agentkit: not found")
+	ErrNotFound = errors.New("state: not found")
 	// ErrExists: State.Create found the entry already present.
-	ErrExists = errors.New("agentkit: already exists")
+	ErrExists = errors.New("state: already exists")
 	// ErrConflict: a compare-and-swap update lost to concurrent writers on
 	// every attempt.
-	ErrConflict = errors.New("agentkit: update conflict")
+	ErrConflict = errors.New("state: update conflict")
+	// ErrInvalid: an argument was out of range (an unknown entity kind, a
+	// task status, a session lifetime, a nil JetStream, negative
+	// replicas), or an existing bucket cannot serve the store.
+	ErrInvalid = errors.New("state: invalid argument")
+	// ErrInvalidID: an entity, session or agent id is not a subject token;
+	// it also matches subjects.ErrInvalidToken.
+	ErrInvalidID = errors.New("state: invalid id")
 )
 
 // stateHistory is the number of revisions the state bucket keeps per key.
@@ -49,7 +55,8 @@ func (k EntityKind) Valid() bool { return slices.Contains(EntityKinds, k) }
 
 // State is the mesh's shared state: JSON values keyed
 // by entity kind and id in the KV bucket [subjects.Scheme.StateBucket]
-// ("mesh_state"), under the key "<kind in lower case>.<id>", e.g. "task.t1".
+// ("mesh_state"), under the key "<kind in lower case>.<id>", e.g. "task.t1"
+// ([subjects.StateKey]).
 // Writers coordinate by compare-and-swap on the key's revision, so concurrent
 // updates are never lost.
 //
@@ -61,17 +68,12 @@ type State struct {
 	bucket string
 }
 
-// NewState creates the state bucket of scheme if it is missing (16 revisions
-// of history per key, file storage, replicas copies; 0 means 1) or binds to
-// it as it exists. It starts no goroutine.
-func NewState(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int) (*State, error) {
-	return openState(ctx, js, scheme, replicas, true)
-}
-
-// openState binds to the state bucket of scheme, creating it when provision
-// is true; without provisioning ([WithProvisioning](false)) a missing bucket
-// is an error matching jetstream.ErrBucketNotFound.
-func openState(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, provision bool) (*State, error) {
+// Open binds to the state bucket of scheme as it exists. When provision is
+// true it first creates the bucket if it is missing (16 revisions of
+// history per key, file storage, replicas copies; 0 means 1); without
+// provisioning a missing bucket is an error matching
+// jetstream.ErrBucketNotFound. It starts no goroutine.
+func Open(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, provision bool) (*State, error) {
 	bucketName := scheme.StateBucket()
 	kv, err := bucket.KeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      bucketName,
@@ -86,13 +88,13 @@ func openState(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 	return &State{kv: kv, bucket: bucketName}, nil
 }
 
-// bucketErr wraps an error of package bucket, matching [ErrInvalidOption]
-// for the arguments it refuses.
+// bucketErr wraps an error of package bucket, matching [ErrInvalid] for
+// the arguments it refuses.
 func bucketErr(err error) error {
 	if errors.Is(err, bucket.ErrInvalid) {
-		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return fmt.Errorf("agentkit: %w", err)
+	return fmt.Errorf("state: %w", err)
 }
 
 // StateEntry is one value of the shared state.
@@ -107,30 +109,31 @@ type StateEntry struct {
 // Decode unmarshals the entry's value into v.
 func (e *StateEntry) Decode(v any) error {
 	if err := json.Unmarshal(e.Value, v); err != nil {
-		return fmt.Errorf("agentkit: state %s %s: decode: %w", e.Kind, e.ID, err)
+		return fmt.Errorf("state: %s %s: decode: %w", e.Kind, e.ID, err)
+	}
+	return nil
+}
+
+// checkKind returns an error matching [ErrInvalid] unless kind is one of
+// [EntityKinds].
+func checkKind(kind EntityKind) error {
+	if !kind.Valid() {
+		return fmt.Errorf("%w: entity kind %q (want TASK, AGENT, RESOURCE or POLICY)", ErrInvalid, string(kind))
 	}
 	return nil
 }
 
 // stateKey returns the KV key of kind and id after checking both.
 func stateKey(kind EntityKind, id string) (string, error) {
-	if !kind.Valid() {
-		return "", fmt.Errorf("%w: entity kind %q (want TASK, AGENT, RESOURCE or POLICY)", ErrInvalidOption, string(kind))
+	if err := checkKind(kind); err != nil {
+		return "", err
 	}
-	if err := subjects.ValidateToken("entity id", id); err != nil {
+	key, err := subjects.StateKey(string(kind), id)
+	if err != nil {
+		// The kind is valid: the id is what subjects refused.
 		return "", fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	return strings.ToLower(string(kind)) + "." + id, nil
-}
-
-// parseStateKey splits a KV key built by stateKey.
-func parseStateKey(key string) (EntityKind, string, bool) {
-	kind, id, ok := strings.Cut(key, ".")
-	if !ok {
-		return "", "", false
-	}
-	k := EntityKind(strings.ToUpper(kind))
-	return k, id, k.Valid()
+	return key, nil
 }
 
 // Get returns the current value of kind/id, or an error matching
@@ -157,7 +160,7 @@ func (s *State) Create(ctx context.Context, kind EntityKind, id string, value an
 	}
 	b, err := json.Marshal(value)
 	if err != nil {
-		return 0, fmt.Errorf("agentkit: state create %s %s: encode: %w", kind, id, err)
+		return 0, fmt.Errorf("state: create %s %s: encode: %w", kind, id, err)
 	}
 	rev, err := s.kv.Create(ctx, key, b)
 	if err != nil {
@@ -180,7 +183,7 @@ func (s *State) Update(ctx context.Context, kind EntityKind, id string, fn func(
 		return nil, err
 	}
 	var written *StateEntry
-	err = bucket.Retry(ctx, ErrConflict, fmt.Sprintf("agentkit: state update %s %s", kind, id), func() error {
+	err = bucket.Retry(ctx, ErrConflict, fmt.Sprintf("state: update %s %s", kind, id), func() error {
 		var old json.RawMessage
 		var rev uint64
 		e, err := s.kv.Get(ctx, key)
@@ -192,11 +195,11 @@ func (s *State) Update(ctx context.Context, kind EntityKind, id string, fn func(
 		}
 		v, err := fn(old)
 		if err != nil {
-			return fmt.Errorf("agentkit: state update %s %s: %w", kind, id, err)
+			return fmt.Errorf("state: update %s %s: %w", kind, id, err)
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
-			return fmt.Errorf("agentkit: state update %s %s: encode: %w", kind, id, err)
+			return fmt.Errorf("state: update %s %s: encode: %w", kind, id, err)
 		}
 		if rev == 0 {
 			rev, err = s.kv.Create(ctx, key, b)
@@ -226,7 +229,7 @@ func (s *State) Delete(ctx context.Context, kind EntityKind, id string) error {
 	if err != nil {
 		return err
 	}
-	return bucket.Retry(ctx, ErrConflict, fmt.Sprintf("agentkit: state delete %s %s", kind, id), func() error {
+	return bucket.Retry(ctx, ErrConflict, fmt.Sprintf("state: delete %s %s", kind, id), func() error {
 		e, err := s.kv.Get(ctx, key)
 		if err != nil {
 			return s.fail("delete", kind, id, err)
@@ -252,7 +255,7 @@ func (s *State) fail(op string, kind EntityKind, id string, err error) error {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return fmt.Errorf("%w: state %s %s", ErrExists, kind, id)
 	}
-	return fmt.Errorf("agentkit: state %s %s %s: %w", op, kind, id, err)
+	return fmt.Errorf("state: %s %s %s: %w", op, kind, id, err)
 }
 
 // The operations of a [StateChange] (StateUpdate.operation).
@@ -290,17 +293,20 @@ type StateChange struct {
 func (s *State) Watch(ctx context.Context, kinds ...EntityKind) (<-chan StateChange, error) {
 	filters := make([]string, 0, len(kinds))
 	for _, k := range kinds {
-		if !k.Valid() {
-			return nil, fmt.Errorf("%w: entity kind %q (want TASK, AGENT, RESOURCE or POLICY)", ErrInvalidOption, string(k))
+		if err := checkKind(k); err != nil {
+			return nil, err
 		}
-		f := strings.ToLower(string(k)) + ".>"
+		f, err := subjects.StateFilter(string(k))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
 		if !slices.Contains(filters, f) {
 			filters = append(filters, f)
 		}
 	}
 	w, err := s.kv.WatchFiltered(ctx, filters, jetstream.UpdatesOnly())
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: state watch: %w", err)
+		return nil, fmt.Errorf("state: watch: %w", err)
 	}
 	out := make(chan StateChange, 64)
 	go s.watch(ctx, w, out)
@@ -332,8 +338,9 @@ func (s *State) watch(ctx context.Context, w jetstream.KeyWatcher, out chan<- St
 		if e == nil {
 			continue // end of initial values: there are none with UpdatesOnly
 		}
-		kind, id, valid := parseStateKey(e.Key())
-		if !valid {
+		k, id, err := subjects.ParseStateKey(e.Key())
+		kind := EntityKind(k)
+		if err != nil || !kind.Valid() {
 			continue
 		}
 		c := StateChange{Kind: kind, ID: id, Revision: e.Revision(), Timestamp: e.Created().UTC()}
@@ -380,66 +387,6 @@ func (s *State) existedBefore(ctx context.Context, key string, rev uint64) bool 
 	default:
 		return hist[i-1].Operation() == jetstream.KeyValuePut
 	}
-}
-
-// TaskState is a task's entry in the shared state,
-// stored as [EntityTask].
-type TaskState struct {
-	ID            string                `json:"id"`
-	Status        protocol.TaskStatus   `json:"status"`
-	AssignedAgent string                `json:"assigned_agent,omitempty"`
-	CreatedAt     time.Time             `json:"created_at"`
-	UpdatedAt     time.Time             `json:"updated_at"`
-	Context       *protocol.TaskContext `json:"context,omitempty"`
-	Result        json.RawMessage       `json:"result,omitempty"`
-	Error         *protocol.ErrorReport `json:"error,omitempty"`
-	History       []protocol.TaskEvent  `json:"history,omitempty"`
-}
-
-// Task returns the state of task id, or an error matching [ErrNotFound].
-func (s *State) Task(ctx context.Context, id string) (*TaskState, error) {
-	e, err := s.Get(ctx, EntityTask, id)
-	if err != nil {
-		return nil, err
-	}
-	var t TaskState
-	if err := e.Decode(&t); err != nil {
-		return nil, err
-	}
-	return &t, nil
-}
-
-// UpdateTask applies fn to the state of task id and stores the result with
-// compare-and-swap, as [State.Update] does: fn may run several times and
-// must only change the TaskState it is given. A task that does not exist
-// yet starts as a pending TaskState with its ID and CreatedAt set. After fn,
-// UpdateTask restores ID, sets UpdatedAt to now and checks the status. It
-// returns the task as stored.
-func (s *State) UpdateTask(ctx context.Context, id string, fn func(*TaskState) error) (*TaskState, error) {
-	var t TaskState
-	_, err := s.Update(ctx, EntityTask, id, func(old json.RawMessage) (any, error) {
-		now := time.Now().UTC()
-		t = TaskState{ID: id, Status: protocol.TaskPending, CreatedAt: now}
-		if old != nil {
-			t = TaskState{}
-			if err := json.Unmarshal(old, &t); err != nil {
-				return nil, fmt.Errorf("decode: %w", err)
-			}
-		}
-		if err := fn(&t); err != nil {
-			return nil, err
-		}
-		t.ID = id
-		t.UpdatedAt = now
-		if !t.Status.Valid() {
-			return nil, fmt.Errorf("%w: task status %q", ErrInvalidOption, string(t.Status))
-		}
-		return &t, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &t, nil
 }
 
 // ResourceAllocation is an agent's share of a resource, stored as
