@@ -46,11 +46,15 @@ type Agent struct {
 	sources  atomic.Pointer[[]*source] // set by Start: one per priority, in queueOrder
 	queues   [5]chan *delivery         // one per priority, in queueOrder
 	quit     chan struct{}             // closed when readers must give up their message
-	stopping atomic.Bool               // set by Stop: cancelled handlers are NAKed for immediate redelivery
+	quitOnce sync.Once
+	stopping atomic.Bool   // set by Stop: cancelled handlers are NAKed for immediate redelivery
+	cut      chan struct{} // closed once handlers' contexts are cancelled: the stop grace runs from here
+	cutOnce  sync.Once
+	crew     []worker      // the handler workers (see work, awaitWorkers)
+	exits    chan struct{} // a worker returned (see left)
 	runCtx   context.Context
 	cancel   context.CancelFunc
 	readers  sync.WaitGroup
-	workers  sync.WaitGroup
 	scanner  sync.WaitGroup // the keep-alive scanner
 	scanDone chan struct{}
 	closed   chan struct{}
@@ -265,7 +269,7 @@ func (a *Agent) start(ctx context.Context) error {
 		sources = append(sources, src)
 	}
 	a.sources.Store(&sources)
-	a.quit = make(chan struct{})
+	a.quit, a.cut, a.exits = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 	a.runCtx, a.cancel = context.WithCancel(context.Background())
 	for i, p := range queueOrder {
 		// An adaptive source's queue holds its largest generation besides
@@ -280,13 +284,15 @@ func (a *Agent) start(ctx context.Context) error {
 		a.readers.Go(func() { a.read(p, sources[i], a.queues[i]) })
 	}
 	a.startTracker()
-	slots := make([]atomic.Pointer[delivery], a.opts.concurrency+1)
-	a.workers.Go(func() { a.work(a.queues[:1], &slots[0]) }) // critical's own worker
+	a.crew = make([]worker, a.opts.concurrency+1)
+	// The workers are owned through crew: shutdown waits for them with
+	// awaitWorkers, which may leave a stuck handler's worker behind.
+	go a.work(a.queues[:1], &a.crew[0]) // critical's own worker
 	for i := range a.opts.concurrency {
-		a.workers.Go(func() { a.work(a.queues[:], &slots[i+1]) })
+		go a.work(a.queues[:], &a.crew[i+1])
 	}
 	a.scanDone = make(chan struct{})
-	a.scanner.Go(func() { a.scan(slots, a.keepAliveTick(), a.scanDone) })
+	a.scanner.Go(func() { a.scan(a.crew, a.keepAliveTick(), a.scanDone) })
 	if a.registry != nil {
 		if err := a.announce(ctx, StatusReady); err != nil {
 			a.asyncError(err)
@@ -448,23 +454,41 @@ func (a *Agent) Topics() []string {
 // Stop stops consuming at once: running handlers see their context
 // cancelled and their messages, like those waiting for a worker, are NAKed
 // for immediate redelivery to another instance; messages still in the
-// client's buffer are left to the broker's redelivery. It waits
-// for every goroutine the agent started, releases the publisher's reply
-// subscription (call Stop on agents that only sent, too) and is idempotent.
-// Task records still queued (see [WithTaskTracking]) are written within the
-// publish timeout; the rest are dropped and counted.
+// client's buffer are left to the broker's redelivery. It waits for the
+// handlers at most the stop grace ([WithStopGrace], 5s by default); a
+// handler still running then, ignoring its context, is abandoned: its
+// message is NAKed for redelivery, so another instance may handle it
+// while this handler still runs (delivery is at least once: handlers with
+// side effects must be idempotent); what it returns is dropped, neither
+// settled nor answered; the error handler hears [ErrHandlersAbandoned]
+// once, with how many; and its goroutine ends when the handler returns.
+// Every other goroutine the agent started has ended when Stop returns.
+// Stop releases the publisher's reply subscription (call Stop on agents
+// that only sent, too) and is idempotent. Task records still queued (see
+// [WithTaskTracking]) are written within the publish timeout; the rest
+// are dropped and counted.
 func (a *Agent) Stop() { a.shutdown(a.stopNow) }
 
-// stopNow is Stop's part of shutdown.
+// stopNow ends consuming at once: nothing more is fetched or started and
+// the running handlers' contexts are cancelled, which starts the stop
+// grace (see awaitWorkers). It is Stop's part of shutdown, and Drain's
+// once its ctx has ended; it runs once.
 func (a *Agent) stopNow() {
-	a.stopping.Store(true)
-	for _, s := range *a.sources.Load() {
-		s.stop(false)
-	}
-	a.awaitUnsubscribed()
-	close(a.quit)
-	a.cancel()
+	a.cutOnce.Do(func() {
+		a.stopping.Store(true)
+		for _, s := range *a.sources.Load() {
+			s.stop(false)
+		}
+		a.awaitUnsubscribed()
+		a.closeQuit()
+		a.cancel()
+		close(a.cut)
+	})
 }
+
+// closeQuit closes quit once: Drain closes it when the readers have
+// emptied the client's buffer, stopNow at once.
+func (a *Agent) closeQuit() { a.quitOnce.Do(func() { close(a.quit) }) }
 
 // awaitUnsubscribed waits (up to the attempt timeout) until nats.go has
 // removed the stopped iterators' pull subscriptions. Their UNSUB is then
@@ -491,11 +515,11 @@ func (a *Agent) awaitUnsubscribed() {
 }
 
 // Drain stops fetching, finishes the messages already received, then
-// stops. If ctx ends first, Drain falls back to [Agent.Stop]: running
+// stops. If ctx ends first, Drain turns into [Agent.Stop]: running
 // handlers see their context cancelled, their messages and those not yet
-// started go back for redelivery, and Drain returns ctx's error once the
-// handlers have returned (a handler that ignores its context holds Drain
-// up; no goroutine can be ended from outside). Handlers still running may
+// started go back for redelivery, handlers still running the stop grace
+// later are abandoned as Stop abandons them, and Drain returns ctx's
+// error. Handlers still running may
 // send, but [Agent.Request] and [Agent.SendAndWait] fail at once with
 // [ErrClosed]: the agent no longer reads its replies. Drain writes the task
 // records of the messages it acked (see [WithTaskTracking]) before it
@@ -504,17 +528,6 @@ func (a *Agent) awaitUnsubscribed() {
 // for running handlers, so a handler must not call them on its own agent.
 func (a *Agent) Drain(ctx context.Context) error {
 	var expired atomic.Bool
-	var abort sync.Once
-	giveUp := func() {
-		abort.Do(func() {
-			a.stopping.Store(true)
-			for _, s := range *a.sources.Load() {
-				s.stop(false)
-			}
-			a.awaitUnsubscribed()
-			a.cancel()
-		})
-	}
 	var stop func() bool
 	a.shutdown(func() {
 		// From here on, ctx ending turns the drain into a stop, whether
@@ -524,14 +537,14 @@ func (a *Agent) Drain(ctx context.Context) error {
 		stop = context.AfterFunc(ctx, func() {
 			if a.lifecycle() == stateStopping {
 				expired.Store(true)
-				giveUp()
+				a.stopNow()
 			}
 		})
 		for _, s := range *a.sources.Load() {
 			s.stop(true)
 		}
 		a.readers.Wait()
-		close(a.quit)
+		a.closeQuit()
 	})
 	if stop != nil {
 		stop()
@@ -589,7 +602,8 @@ func (a *Agent) Err() error {
 }
 
 // shutdown runs begin once on a started agent, then waits for readers and
-// workers and marks the agent closed. Later and concurrent calls wait
+// workers (see awaitWorkers: not for a handler it abandoned) and marks the
+// agent closed. Later and concurrent calls wait
 // until it is. It does not hold a.mu while it waits: running handlers may
 // need it (Request, Reroute, Registry).
 func (a *Agent) shutdown(begin func()) { a.shutdownFrom(false, begin) }
@@ -629,7 +643,10 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	// Replies reach waiters through the readers, which have stopped: a
 	// handler's Request still waiting fails now, not at its timeout.
 	a.failWaiters()
-	a.workers.Wait()
+	if n := a.awaitWorkers(); n > 0 {
+		a.asyncError(fmt.Errorf("%w: %d of %s, still running %v after their context was cancelled; their messages went back for redelivery",
+			ErrHandlersAbandoned, n, a.id, a.opts.stopGrace))
+	}
 	a.flushTasks()
 	close(a.scanDone)
 	a.scanner.Wait()

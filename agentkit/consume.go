@@ -140,10 +140,13 @@ func (a *Agent) room(src *source, out chan<- *delivery) (int, bool) {
 
 // work runs handlers for messages from queues, always preferring the
 // earliest queue with a message waiting (queues are in priority order).
-// slot publishes the running handler to the keep-alive scanner. A message
-// stays in its source's waiting set, where the scanner keeps it alive,
-// until handle has received it (see handle).
-func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
+// w.slot publishes the running handler to the keep-alive scanner and to
+// shutdown. A message stays in its source's waiting set, where the scanner
+// keeps it alive, until handle has received it (see handle). A worker
+// whose handler shutdown abandoned returns as soon as the handler does,
+// touching nothing of the stopped agent.
+func (a *Agent) work(queues []chan *delivery, w *worker) {
+	defer a.left(w)
 	for {
 		d, ok := a.next(queues)
 		if !ok {
@@ -154,7 +157,9 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 			a.giveBack(d) // Stop: queued messages go back unhandled
 			continue
 		}
-		a.handle(d, slot)
+		if !a.handle(d, &w.slot) {
+			return
+		}
 		// The task's next message, in stream order, runs on this worker.
 		for d.task != "" {
 			if d = a.lanes.leave(d); d == nil {
@@ -164,9 +169,93 @@ func (a *Agent) work(queues []chan *delivery, slot *atomic.Pointer[delivery]) {
 				a.giveBack(d)
 				continue
 			}
-			a.handle(d, slot)
+			if !a.handle(d, &w.slot) {
+				return
+			}
 		}
 	}
+}
+
+// worker is what the keep-alive scanner and shutdown see of one handler
+// goroutine.
+type worker struct {
+	slot atomic.Pointer[delivery] // the delivery whose handler runs; nil between handlers
+	gone atomic.Bool              // work has returned
+}
+
+// left marks w's worker as returned and wakes awaitWorkers.
+func (a *Agent) left(w *worker) {
+	w.gone.Store(true)
+	select {
+	case a.exits <- struct{}{}:
+	default: // a wake-up is pending already; awaitWorkers looks at every worker
+	}
+}
+
+// awaitWorkers waits for the workers to return. Once the handlers'
+// contexts are cancelled (a.cut: Stop, a Drain whose ctx ended, a closed
+// connection), it waits at most the stop grace; then it abandons the
+// handlers still running (see abandon) and waits only for the other
+// workers, which are settling or handing messages back, within the
+// timeouts of those calls. It returns how many handlers it abandoned;
+// their workers return when the handlers do.
+func (a *Agent) awaitWorkers() int {
+	cut := a.cut
+	var grace <-chan time.Time
+	abandoned := 0
+	for !a.idle() {
+		select {
+		case <-a.exits:
+		case <-cut:
+			cut = nil
+			t := time.NewTimer(a.opts.stopGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			grace = nil
+			abandoned = a.abandon()
+		}
+	}
+	return abandoned
+}
+
+// idle reports whether every worker has returned or waits only for an
+// abandoned handler.
+func (a *Agent) idle() bool {
+	for i := range a.crew {
+		w := &a.crew[i]
+		if w.gone.Load() {
+			continue
+		}
+		if d := w.slot.Load(); d == nil || !d.abandoned() {
+			return false
+		}
+	}
+	return true
+}
+
+// abandon gives up the handlers still running: it NAKs their messages for
+// immediate redelivery, as Stop does those not started, and returns how
+// many. The broker may redeliver one to another instance while its
+// handler here still runs (delivery is at least once); what the handler
+// returns is dropped (see delivery.finish). A handler that starts after
+// this is not missed: shutdown set stopping before, and handle hands a
+// message back when it finds stopping set once its slot is published.
+func (a *Agent) abandon() int {
+	n := 0
+	for i := range a.crew {
+		d := a.crew[i].slot.Load()
+		if d == nil || !d.abandon() {
+			continue
+		}
+		err := fmt.Errorf("%w: %s handler of %s message %d still running %v after its context was cancelled",
+			ErrHandlersAbandoned, d.env.Action, a.id, d.seq, a.opts.stopGrace)
+		berr := a.brokerErr(d.msg.Nak(), d, "nak")
+		a.stats.add(OutcomeNak)
+		a.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: time.Since(d.start), Err: err, BrokerErr: berr})
+		n++
+	}
+	return n
 }
 
 // giveBack takes d, which no handler will run, off the waiting set and
@@ -348,41 +437,60 @@ func (a *Agent) checkRouting(env *wire.Envelope, sub subjects.Subject) string {
 // handle checks d, runs its handler and settles the message. d comes in
 // the waiting set, so the scanner keeps it alive while receive fetches a
 // large envelope, which can take longer than the ack timeout; from the
-// handler's start, the slot does.
-func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
+// handler's start, the slot does. It returns false when shutdown
+// abandoned the handler (see Agent.abandon): the message is not settled
+// here, and the worker must return.
+func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 	if a.handled.seen(d.seq) {
 		// Before receive: a large envelope is not fetched again, and once
 		// acked it is gone from the object store.
 		d.src.waiting.remove(d)
 		a.settleAck(d, OutcomeDuplicate)
-		return
+		return true
 	}
 	ok := a.receive(d)
 	d.src.waiting.remove(d)
 	if !ok {
-		return
+		return true
 	}
 	if !a.handled.begin(d) {
 		a.stats.add(OutcomeDuplicate) // the run in progress settles it, and reports it to the hooks
-		return
+		return true
 	}
 	defer a.handled.end(d.seq)
 	h := a.handler(d.env.Action)
 	if h == nil {
 		a.settle(d, Reject(wire.CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
-		return
+		return true
 	}
 	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
 	ctx, cancel := context.WithCancelCause(ctx)
 	d.start, d.cancel, d.span = time.Now(), cancel, span
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
 	slot.Store(d)
+	if a.stopping.Load() {
+		// Stop began while receive ran: the message goes back unstarted,
+		// like those queued. Checked after the slot is published, so
+		// shutdown, which sets stopping before it looks for handlers to
+		// abandon, sees every handler that starts.
+		slot.Store(nil)
+		cancel(nil)
+		endSpan(span, ErrClosed)
+		a.handBack(d)
+		return true
+	}
 	a.inFlight.Add(1)
 	err := a.call(ctx, h, &d.message)
 	a.inFlight.Add(-1)
 	slot.Store(nil)
 	limited := context.Cause(ctx) == errProcessingLimit
 	cancel(nil)
+	if !d.finish() {
+		// Abandoned by shutdown, which handed the message back: another
+		// instance may be handling it now.
+		endSpan(span, err)
+		return false
+	}
 	if err != nil && limited && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.src.policy.ProcessingLimit)
 	}
@@ -390,6 +498,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 	d.src.pace.observe(elapsed)
 	a.settle(d, err, elapsed)
 	endSpan(span, err)
+	return true
 }
 
 // scan is the agent's one keep-alive goroutine. Every tick it sends
@@ -399,7 +508,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) {
 // is taken for a dead consumer; and it cancels handlers that reached their
 // processing limit. One scanner instead of a timer per message keeps the
 // hot path cheap.
-func (a *Agent) scan(slots []atomic.Pointer[delivery], tick time.Duration, done <-chan struct{}) {
+func (a *Agent) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	progress := func(d *delivery) { a.brokerErr(d.msg.InProgress(), d, "in progress") }
@@ -408,8 +517,8 @@ func (a *Agent) scan(slots []atomic.Pointer[delivery], tick time.Duration, done 
 		case <-done:
 			return
 		case now := <-t.C:
-			for i := range slots {
-				d := slots[i].Load()
+			for i := range crew {
+				d := crew[i].slot.Load()
 				if d == nil {
 					continue
 				}

@@ -30,6 +30,10 @@ type delivery struct {
 	cancel context.CancelCauseFunc // ends the handler's ctx (errProcessingLimit at the limit)
 	// span is the handle span, which the replies settle sends continue.
 	span trace.Span
+	// fate says who settles d once its handler started: the worker when
+	// the handler returns, or shutdown when it abandons the handler (see
+	// Agent.awaitWorkers). Whoever moves it from fateRunning first.
+	fate atomic.Int32
 	// redelivered is the count of a redelivery that arrived while the
 	// handler ran (see handledSet.begin); 0 if none did.
 	redelivered atomic.Uint64
@@ -38,6 +42,25 @@ type delivery struct {
 	// by the scanner.
 	lastProgress time.Time
 }
+
+const (
+	fateRunning   int32 = iota // the handler runs, or has not started
+	fateSettling               // the handler returned: its worker settles d
+	fateAbandoned              // shutdown gave d's message back; the handler's result is dropped
+)
+
+// finish claims the settling of d for its worker once the handler has
+// returned. It is false when shutdown has abandoned the handler: d's
+// message went back for redelivery, and acking or NAKing it again, or
+// replying, would settle a message another instance may be handling.
+func (d *delivery) finish() bool { return d.fate.CompareAndSwap(fateRunning, fateSettling) }
+
+// abandon claims the settling of d for shutdown, unless its handler has
+// returned (then its worker settles it, soon).
+func (d *delivery) abandon() bool { return d.fate.CompareAndSwap(fateRunning, fateAbandoned) }
+
+// abandoned reports whether shutdown has abandoned d's handler.
+func (d *delivery) abandoned() bool { return d.fate.Load() == fateAbandoned }
 
 // attempt is the delivery count the server has reached for d's message:
 // d's own, or a redelivery's that overtook d's handler.

@@ -13,7 +13,14 @@
 // subject, broadcasts and subscribed topics at that priority. Several Agent
 // values with one id are instances of one agent: they share the consumers
 // and split the work. [Agent.Drain] finishes in-flight work and stops;
-// [Agent.Stop] stops at once and hands in-flight messages back.
+// [Agent.Stop] stops at once and hands in-flight messages back. Both are
+// bounded once they have cancelled the handlers' contexts (Stop at once,
+// Drain when its ctx ends): a handler still running the stop grace later
+// ([WithStopGrace], 5s) is abandoned. Its message goes back for
+// redelivery, so another instance may handle it while the abandoned
+// handler runs on (at least once); its result is dropped, the error
+// handler hears [ErrHandlersAbandoned], and its goroutine ends when it
+// returns.
 //
 //	a, err := agentkit.New(nc, "planner_1", agentkit.WithType("planner"))
 //	a.HandleFunc("plan_workflow", func(ctx context.Context, m *agentkit.Message) error {

@@ -23,6 +23,13 @@ var (
 	// SendEnvelope, SendBatch and replies. During Drain, handlers still
 	// running may send.
 	ErrClosed = errors.New("agentkit: agent stopped")
+	// ErrHandlersAbandoned is reported to the error handler by a Stop (or
+	// a Drain whose ctx ended) that stopped waiting for handlers still
+	// running the stop grace after their context was cancelled (see
+	// [WithStopGrace]); it says how many. Their messages went back for
+	// redelivery and their results are dropped; their goroutines end when
+	// they return.
+	ErrHandlersAbandoned = errors.New("agentkit: handlers abandoned")
 	// ErrPublish: the stream did not store the message (every attempt was
 	// refused or reached no stream), so sending it again cannot duplicate
 	// it.

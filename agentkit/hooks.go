@@ -58,7 +58,9 @@ type SettleEvent struct {
 	// [OutcomeOwn], [OutcomeReply], [OutcomeLateReply] and
 	// [OutcomeDuplicate] (acked) for messages no handler saw. A message
 	// handed back unhandled because the agent stops is an [OutcomeNak]
-	// with no Err, which [Stats] does not count.
+	// with no Err, which [Stats] does not count; one whose handler a stop
+	// abandoned (see [WithStopGrace]) an [OutcomeNak] with an Err matching
+	// [ErrHandlersAbandoned], reported when the message is handed back.
 	Outcome Outcome
 	// Envelope is the decoded message; nil when it was not a valid
 	// envelope (OutcomeInvalid) or was not decoded (a duplicate).

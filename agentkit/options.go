@@ -37,6 +37,7 @@ type options struct {
 	publishTimeout time.Duration
 	attemptTimeout time.Duration // derived from publishTimeout in New
 	requestTimeout time.Duration
+	stopGrace      time.Duration
 	register       bool
 	heartbeat      time.Duration
 	capabilities   []Capability
@@ -64,6 +65,7 @@ func defaultOptions() options {
 		provision:      true,
 		publishTimeout: 10 * time.Second,
 		requestTimeout: 30 * time.Second,
+		stopGrace:      5 * time.Second,
 		register:       true,
 		heartbeat:      5 * time.Second,
 		breaker:        DefaultBreakerSettings(),
@@ -217,6 +219,22 @@ func WithRequestTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: request timeout must be positive", ErrInvalidOption)
 		}
 		o.requestTimeout = d
+		return nil
+	})
+}
+
+// WithStopGrace sets how long [Agent.Stop], and [Agent.Drain] once its ctx
+// has ended, wait for handlers whose context they cancelled. A handler
+// still running then is abandoned: its message goes back for redelivery
+// (another instance may handle it while the abandoned handler still runs),
+// what the handler returns later is dropped, and the error handler hears
+// [ErrHandlersAbandoned]. Default: 5s.
+func WithStopGrace(d time.Duration) Option {
+	return optionFunc(func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: stop grace must be positive", ErrInvalidOption)
+		}
+		o.stopGrace = d
 		return nil
 	})
 }
