@@ -3,7 +3,6 @@ package protocol_test
 import (
 	"encoding/json"
 	"errors"
-	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/jsontest"
 )
 
 var (
@@ -119,17 +119,17 @@ func TestProtocol_JSONFieldNames(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := mustJSON(t, tt.give)
-			checkKeys(t, b, tt.keys...)
+			b := jsontest.Marshal(t, tt.give)
+			jsontest.Keys(t, b, tt.keys...)
 			for member, keys := range tt.nested {
-				checkKeys(t, subObject(t, b, member), keys...)
+				jsontest.Keys(t, jsontest.Member(t, b, member), keys...)
 			}
 			// Round trip: decoding and encoding again gives the same JSON.
 			back := reflect.New(reflect.TypeOf(tt.give))
 			if err := json.Unmarshal(b, back.Interface()); err != nil {
 				t.Fatal(err)
 			}
-			if again := mustJSON(t, back.Elem().Interface()); string(again) != string(b) {
+			if again := jsontest.Marshal(t, back.Elem().Interface()); string(again) != string(b) {
 				t.Errorf("round trip changed the JSON\n got %s\nwant %s", again, b)
 			}
 			if v, ok := tt.give.(interface{ Validate() error }); ok {
@@ -143,11 +143,11 @@ func TestProtocol_JSONFieldNames(t *testing.T) {
 
 func TestProtocol_JSONOptionalFieldsOmitted(t *testing.T) {
 	t.Parallel()
-	checkKeys(t, mustJSON(t, protocol.TaskHandoffRequest{TaskID: "t1"}),
+	jsontest.Keys(t, jsontest.Marshal(t, protocol.TaskHandoffRequest{TaskID: "t1"}),
 		"task_id", "from_agent", "to_agent", "reason", "context", "constraints")
-	checkKeys(t, mustJSON(t, protocol.TaskContext{}), "task_id", "task_type", "metadata", "dependencies", "history")
-	checkKeys(t, mustJSON(t, protocol.HelpResponse{}), "responder_id", "request_id", "response_type", "content", "follow_up_required", "estimated_effort")
-	checkKeys(t, mustJSON(t, protocol.TaskHandoffResponse{}), "accepted", "agent_id", "requirements")
+	jsontest.Keys(t, jsontest.Marshal(t, protocol.TaskContext{}), "task_id", "task_type", "metadata", "dependencies", "history")
+	jsontest.Keys(t, jsontest.Marshal(t, protocol.HelpResponse{}), "responder_id", "request_id", "response_type", "content", "follow_up_required", "estimated_effort")
+	jsontest.Keys(t, jsontest.Marshal(t, protocol.TaskHandoffResponse{}), "accepted", "agent_id", "requirements")
 	// Priority accepts "medium" as normal.
 	var c protocol.TaskContext
 	if err := json.Unmarshal([]byte(`{"priority":"medium"}`), &c); err != nil || c.Priority != wire.PriorityNormal {
@@ -282,49 +282,4 @@ func TestProtocol_Validate(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatalf("marshal %T: %v", v, err)
-	}
-	return b
-}
-
-// checkKeys fails unless the JSON object b has exactly the given keys.
-func checkKeys(t *testing.T, b []byte, want ...string) {
-	t.Helper()
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(b, &obj); err != nil {
-		t.Fatalf("not a JSON object: %s: %v", b, err)
-	}
-	got := slices.Sorted(maps.Keys(obj))
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("keys of %s\n got %v\nwant %v", b, got, want)
-	}
-}
-
-// subObject returns the member key of the JSON object b (the first element
-// if it is an array).
-func subObject(t *testing.T, b []byte, key string) []byte {
-	t.Helper()
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(b, &obj); err != nil {
-		t.Fatalf("not a JSON object: %s: %v", b, err)
-	}
-	v, ok := obj[key]
-	if !ok {
-		t.Fatalf("no %q in %s", key, b)
-	}
-	var arr []json.RawMessage
-	if json.Unmarshal(v, &arr) == nil {
-		if len(arr) == 0 {
-			t.Fatalf("%q is empty in %s", key, b)
-		}
-		return arr[0]
-	}
-	return v
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/state"
+	"github.com/agentmesh-io/agentmesh/internal/jsontest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -275,10 +276,10 @@ func TestSessions_BucketWithoutTTLRefused(t *testing.T) {
 func TestSessions_JSON(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 10, 14, 30, 0, 0, time.UTC)
-	b := mustJSON(t, state.Session{ID: "sess_1", Initiator: "a", Participants: []string{"a"}, CreatedAt: at, ExpiresAt: at,
+	b := jsontest.Marshal(t, state.Session{ID: "sess_1", Initiator: "a", Participants: []string{"a"}, CreatedAt: at, ExpiresAt: at,
 		Context: state.SessionContext{Task: "t",
 			Decisions: []state.Decision{{By: "a", Decision: "d", At: at}},
 			Artifacts: []state.Artifact{{Name: "n", Kind: "k", URI: "u", By: "a", At: at}}}})
-	checkKeys(t, b, "id", "initiator", "participants", "created_at", "expires_at", "context")
-	checkKeys(t, subObject(t, b, "context"), "task", "decisions", "artifacts")
+	jsontest.Keys(t, b, "id", "initiator", "participants", "created_at", "expires_at", "context")
+	jsontest.Keys(t, jsontest.Member(t, b, "context"), "task", "decisions", "artifacts")
 }

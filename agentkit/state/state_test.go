@@ -16,6 +16,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/jsontest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -372,7 +373,7 @@ func TestState_Watch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkKeys(t, b, "operation", "entity_type", "entity_id", "changes", "version", "timestamp")
+	jsontest.Keys(t, b, "operation", "entity_type", "entity_id", "changes", "version", "timestamp")
 
 	cancel()
 	for _, ch := range []<-chan state.StateChange{tasks, all} {
@@ -480,7 +481,7 @@ func TestState_UpdateTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkKeys(t, e.Value, "id", "status", "assigned_agent", "created_at", "updated_at", "context", "result", "history")
+	jsontest.Keys(t, e.Value, "id", "status", "assigned_agent", "created_at", "updated_at", "context", "result", "history")
 }
 
 func TestState_EnumsValid(t *testing.T) {
@@ -544,17 +545,17 @@ func TestState_JSONFieldNames(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := mustJSON(t, tt.give)
-			checkKeys(t, b, tt.keys...)
+			b := jsontest.Marshal(t, tt.give)
+			jsontest.Keys(t, b, tt.keys...)
 			for member, keys := range tt.nested {
-				checkKeys(t, subObject(t, b, member), keys...)
+				jsontest.Keys(t, jsontest.Member(t, b, member), keys...)
 			}
 			// Round trip: decoding and encoding again gives the same JSON.
 			back := reflect.New(reflect.TypeOf(tt.give))
 			if err := json.Unmarshal(b, back.Interface()); err != nil {
 				t.Fatal(err)
 			}
-			if again := mustJSON(t, back.Elem().Interface()); string(again) != string(b) {
+			if again := jsontest.Marshal(t, back.Elem().Interface()); string(again) != string(b) {
 				t.Errorf("round trip changed the JSON\n got %s\nwant %s", again, b)
 			}
 		})

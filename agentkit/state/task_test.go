@@ -9,6 +9,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
 	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/jsontest"
 )
 
 // taskEnv returns a task.* message of task t1 sent by from at at.
@@ -16,7 +17,7 @@ func taskEnv(t *testing.T, from, action string, payload any, at time.Time, id st
 	t.Helper()
 	env := wire.NewEnvelope(wire.TypeRequest, from, action)
 	env.TaskID, env.Timestamp, env.MessageID = "t1", at, id
-	env.Payload = mustJSON(t, payload)
+	env.Payload = jsontest.Marshal(t, payload)
 	return env
 }
 
