@@ -147,6 +147,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		invalidLog: newSampledLog(),
 	}
 	a.breakers.settings, a.breakers.onChange = o.breaker, a.breakerChanged
+	a.opts.hooks.request = append([]RequestHook{healthMarks{a}}, o.hooks.request...)
 	a.handled.init(o.dedupWindow)
 	tp := o.tracerProvider
 	if tp == nil {

@@ -139,10 +139,7 @@ func (a *Agent) allow(to string) (done func(error), trial bool, err error) {
 	if err != nil {
 		return nil, false, &CircuitOpenError{Agent: to, State: stateOf(br.cb.State())}
 	}
-	return func(err error) {
-		finish(err)
-		a.trackHealth(to, err)
-	}, state == gobreaker.StateHalfOpen, nil
+	return finish, state == gobreaker.StateHalfOpen, nil
 }
 
 // answered reports whether err (the outcome of a request) is an answer:
@@ -155,6 +152,20 @@ func answered(err error) bool { return !errors.Is(err, ErrTimeout) }
 // destination: the breaker counts it neither way, and a trial it ended
 // frees its slot.
 func local(err error) bool { return err != nil && !wire.IsRemote(err) && !errors.Is(err, ErrTimeout) }
+
+// healthMarks is the request hook, installed on every agent ahead of the
+// hooks of [WithHooks], that keeps the registry's health marks (see
+// trackHealth): the request path reports each request's end to the hooks
+// only, and the marks follow from those events.
+type healthMarks struct{ a *Agent }
+
+// OnRequest tracks the health of the destination of a request that was
+// sent; one the breaker refused (nothing sent) says nothing about it.
+func (h healthMarks) OnRequest(ev RequestEvent) {
+	if !ev.Refused {
+		h.a.trackHealth(ev.To, ev.Err)
+	}
+}
 
 // trackHealth counts consecutive NACKs and timeouts from to and marks it in
 // the registry at the thresholds: degraded after NackThreshold NACKs,

@@ -40,7 +40,9 @@ type PublishHook interface{ OnPublish(PublishEvent) }
 
 // RequestHook is called when a [Agent.Request] or [Agent.SendAndWait]
 // ends: answered, timed out, refused by the circuit breaker or failed to
-// publish.
+// publish. The registry's health marks (degraded, UNAVAILABLE; see
+// [BreakerSettings]) are kept by a request hook of the runtime's own,
+// called before those of [WithHooks].
 type RequestHook interface{ OnRequest(RequestEvent) }
 
 // BreakerHook is called when the circuit breaker to a destination changes
