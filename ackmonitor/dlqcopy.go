@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/dlq"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 )
 
 // Bounds of a dead-letter copy. Its headers hold what peers wrote (the
@@ -27,26 +28,6 @@ const (
 	// server's 64 KiB.
 	maxHeaderBytes = 60 << 10
 )
-
-// truncatedMark ends a value clip shortened, as agentkit's do.
-const truncatedMark = "…(truncated)"
-
-// clip returns s cut to at most n bytes at a rune boundary, ending in
-// truncatedMark when it was cut. Invalid UTF-8 is replaced first, so the
-// result is always valid UTF-8.
-func clip(s string, n int) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if len(s) <= n {
-		return s
-	}
-	cut := max(n-len(truncatedMark), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + truncatedMark
-}
 
 // validHeaderKey reports whether nats.go publishes a header named k (it
 // refuses the whole message otherwise): printable ASCII without
@@ -99,7 +80,7 @@ func deadLetterMsg(subject string, origHeader nats.Header, body []byte, ours nat
 	hdr := nats.Header{}
 	for k, vs := range ours {
 		for _, v := range vs {
-			hdr[k] = append(hdr[k], clip(v, maxHeaderValue))
+			hdr[k] = append(hdr[k], bound.Clip(v, maxHeaderValue))
 		}
 	}
 	// Room kept for the headers naming what is left out.
@@ -125,7 +106,7 @@ func deadLetterMsg(subject string, origHeader nats.Header, body []byte, ours nat
 		}
 		size := 0
 		for _, v := range vs {
-			v = clip(v, maxCopiedValue)
+			v = bound.Clip(v, maxCopiedValue)
 			hdr[k] = append(hdr[k], v)
 			size += len(k) + len(v) + len(": \r\n")
 		}
@@ -145,7 +126,7 @@ func deadLetterMsg(subject string, origHeader nats.Header, body []byte, ours nat
 	}
 	if len(omitted) > 0 {
 		slices.Sort(omitted)
-		hdr.Set(dlq.HeaderOmittedHeaders, clip(strings.Join(omitted, ", "), maxHeaderValue))
+		hdr.Set(dlq.HeaderOmittedHeaders, bound.Clip(strings.Join(omitted, ", "), maxHeaderValue))
 	}
 	return &nats.Msg{Subject: subject, Header: hdr, Data: body}
 }

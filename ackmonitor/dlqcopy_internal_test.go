@@ -4,33 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentmesh-io/agentmesh/dlq"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 )
-
-func TestClip(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"exactly10!", 10, "exactly10!"},
-		{strings.Repeat("a", 30), 20, "aaaaaa…(truncated)"},
-		{"aaaaa" + strings.Repeat("é", 10), 20, "aaaaa…(truncated)"}, // the cut falls inside an é
-		{"bad\xffbyte", 20, "bad\uFFFDbyte"},
-		{strings.Repeat("a", 30), 5, "…(truncated)"}, // below the mark: the mark alone
-	} {
-		got := clip(c.in, c.n)
-		if got != c.want || !utf8.ValidString(got) {
-			t.Errorf("clip(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
-		}
-	}
-}
 
 // A copy of headers that cannot all be copied keeps ours, drops what
 // nats.go would refuse to send and the largest of the rest until the
@@ -50,7 +29,7 @@ func TestDeadLetterMsg_Bounds(t *testing.T) {
 	if got := msg.Header.Get("Mesh-Dlq-Status"); got != "NACK" || len(msg.Header.Values("Mesh-Dlq-Status")) != 1 {
 		t.Errorf("status %v: the original's header named like ours must not stay", msg.Header.Values("Mesh-Dlq-Status"))
 	}
-	if r := msg.Header.Get("Mesh-Dlq-Reason"); len(r) > maxHeaderValue || !strings.HasSuffix(r, truncatedMark) {
+	if r := msg.Header.Get("Mesh-Dlq-Reason"); len(r) > maxHeaderValue || !strings.HasSuffix(r, bound.TruncatedMark) {
 		t.Errorf("reason of %d bytes", len(r))
 	}
 	if msg.Header.Get("Mesh-Action") != "work" || msg.Header.Get("Nats-Expected-Last-Sequence") != "" || string(msg.Data) != "body" {
@@ -74,7 +53,7 @@ func TestDeadLetterMsg_LargeValueAndBody(t *testing.T) {
 	orig := nats.Header{"X-Huge": {strings.Repeat("h", 100000)}}
 	ours := nats.Header{"Mesh-Dlq-Status": {"NACK"}}
 	msg := deadLetterMsg("s", orig, make([]byte, 1000), ours, 1<<20)
-	if h := msg.Header.Get("X-Huge"); len(h) != maxCopiedValue || !strings.HasSuffix(h, truncatedMark) {
+	if h := msg.Header.Get("X-Huge"); len(h) != maxCopiedValue || !strings.HasSuffix(h, bound.TruncatedMark) {
 		t.Errorf("a 100 KB header copied as %d bytes", len(h))
 	}
 	if len(msg.Data) != 1000 || msg.Header.Get(dlq.HeaderBodyOmitted) != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/dlq"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -176,7 +177,7 @@ func (f *followUps) failed(ctx context.Context, tasks []*followUpTask, retries m
 			continue
 		}
 		f.metrics.followUpErr.Inc()
-		fs = append(fs, store.FollowUpFailure{Key: t.r.Key(), Reason: clip(t.err.Error(), maxHeaderValue), At: now.UTC(),
+		fs = append(fs, store.FollowUpFailure{Key: t.r.Key(), Reason: bound.Clip(t.err.Error(), maxHeaderValue), At: now.UTC(),
 			GiveUp: permanent(t.err) || t.r.FollowUpAttempts+1 >= f.cfg.FollowUpAttempts})
 		failed = append(failed, t)
 	}
@@ -431,10 +432,10 @@ func (f *followUps) prepare(t *followUpTask) {
 	}
 	// Peers wrote these: the escalation carries them bounded.
 	for _, p := range []*string{&esc.MessageID, &esc.CorrelationID, &esc.WorkflowID, &esc.InReplyTo, &esc.Subject} {
-		*p = clip(*p, maxHeaderValue)
+		*p = bound.Clip(*p, maxHeaderValue)
 	}
 	for i := range esc.Reasons {
-		esc.Reasons[i] = clip(esc.Reasons[i], maxHeaderValue)
+		esc.Reasons[i] = bound.Clip(esc.Reasons[i], maxHeaderValue)
 	}
 	if esc.Sender == "" {
 		t.fail(fmt.Errorf("ackmonitor: %d/%s: sender unknown (original gone and send not recorded yet)", r.StreamSeq, r.Consumer))

@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 

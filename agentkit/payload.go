@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
-	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 )
 
 // headerRoom is left under the server's max payload for headers.

@@ -7,11 +7,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
-	"github.com/agentmesh-io/agentmesh/agentkit/wire"
-	"github.com/agentmesh-io/agentmesh/subjects"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // classify maps a handler's error to an outcome.

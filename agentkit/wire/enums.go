@@ -3,7 +3,7 @@ package wire
 import (
 	"slices"
 
-	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 )
 
 // Priority is a message's urgency. It selects the subject, the consumer, the

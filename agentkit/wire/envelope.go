@@ -14,7 +14,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
-	"github.com/agentmesh-io/agentmesh/agentkit/internal/bound"
+	"github.com/agentmesh-io/agentmesh/internal/bound"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 

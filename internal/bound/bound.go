@@ -2,7 +2,8 @@
 // envelope fields) before it is quoted in a validation error, a TERM reason
 // or a log record: a value that would make the server close the connection
 // (a control line over 4 KiB) or a dead-letter copy over the header limit
-// must never get that far. The wire format and the runtime share it.
+// must never get that far. The wire format, the runtime and the ack monitor
+// share it.
 package bound
 
 import (
@@ -15,22 +16,22 @@ import (
 // MaxQuotedBytes bounds a peer's value quoted in a reason or a log record.
 const MaxQuotedBytes = 64
 
-// truncatedMark ends a value Clip shortened.
-const truncatedMark = "…(truncated)"
+// TruncatedMark ends a value Clip shortened, so a reader can tell.
+const TruncatedMark = "…(truncated)"
 
 // Clip returns s cut to at most n bytes, at a rune boundary, ending in
-// truncatedMark when it was cut. Invalid UTF-8 is replaced, so the result
+// TruncatedMark when it was cut. Invalid UTF-8 is replaced, so the result
 // is always valid UTF-8.
 func Clip(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}
-	cut := max(n-len(truncatedMark), 0)
+	cut := max(n-len(TruncatedMark), 0)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + truncatedMark
+	return s[:cut] + TruncatedMark
 }
 
 // Quote returns s as a Go-quoted string for a reason or a log record,
