@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/agentmesh-io/agentmesh/cmd/internal/buildinfo"
 	"github.com/agentmesh-io/agentmesh/config"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -122,7 +123,9 @@ Configuration: defaults < --config FILE (YAML, see deploy/agentmesh.example.yaml
 	pf.StringVar(&a.configPath, "config", os.Getenv("AGENTMESH_CONFIG"), "configuration file (YAML) [$AGENTMESH_CONFIG]")
 	pf.StringVarP(&a.server, "server", "s", "", "NATS server URLs, comma separated [$NATS_URL]")
 	pf.StringVar(&a.creds, "creds", "", "NATS credentials file: JWT creds or an nkey seed file such as auth/<user>.nk [$NATS_CREDS]")
-	root.AddCommand(a.demoCmd(), a.upCmd(), a.sendCmd(false), a.sendCmd(true), a.traceCmd(),
+	root.Version = buildinfo.Line("agentmesh")
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(a.versionCmd(), a.demoCmd(), a.upCmd(), a.sendCmd(false), a.sendCmd(true), a.traceCmd(),
 		a.dlqCmd(), a.agentsCmd(), a.statsCmd(), a.benchCmd(), a.authCmd())
 	usageArgs(root)
 	return root
