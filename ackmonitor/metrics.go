@@ -112,9 +112,11 @@ func (m *metrics) observe(a store.Applied) {
 		}
 		if r.Status == store.StatusACK && !r.InferredAck() { // inferred ACKs have no ack time
 			m.ackTime.WithLabelValues(r.Receiver, r.Priority).Observe(r.ProcessingTime.Seconds())
-			if l := r.Latency(); l > 0 {
-				m.latency.WithLabelValues(r.Receiver, r.Priority).Observe(l.Seconds())
-			}
 		}
+	}
+	// Not from Resolved: a row ACKed before its send was recorded gets its
+	// latency only when the send fills in sent_at.
+	for _, r := range a.Acked {
+		m.latency.WithLabelValues(r.Receiver, r.Priority).Observe(max(r.Latency(), 0).Seconds())
 	}
 }

@@ -213,6 +213,9 @@ func (s *sqlStore) applySends(ctx context.Context, tx *sql.Tx, in []Send, now in
 			return fmt.Errorf("store: record sends: %w", err)
 		}
 	}
+	if err := s.ackedBeforeSend(ctx, tx, sends, isNew, out); err != nil {
+		return err
+	}
 	var direct []Send
 	for _, snd := range sends {
 		if !isNew[snd.StreamSeq] {
@@ -263,6 +266,40 @@ func (s *sqlStore) applySends(ctx context.Context, tx *sql.Tx, in []Send, now in
 			sender_agent = excluded.sender_agent, workflow_execution_id = excluded.workflow_execution_id,
 			correlation_id = excluded.correlation_id, in_reply_to = excluded.in_reply_to, sent_at = excluded.sent_at`), args...); err != nil {
 			return fmt.Errorf("store: ledger rows of sends: %w", err)
+		}
+	}
+	return nil
+}
+
+// ackedBeforeSend adds to out.Acked the rows of new sends that were ACKed
+// before their send was recorded: the send about to be written gives them
+// their send time, and so their latency, now. Only a new send fills in
+// sent_at, so each such row is reported once.
+func (s *sqlStore) ackedBeforeSend(ctx context.Context, tx *sql.Tx, sends []Send, isNew map[uint64]bool, out *Applied) error {
+	bySeq := map[uint64]Send{}
+	var seqs []any
+	for _, snd := range sends {
+		if isNew[snd.StreamSeq] {
+			bySeq[snd.StreamSeq] = snd
+			seqs = append(seqs, int64(snd.StreamSeq))
+		}
+	}
+	for _, c := range chunks(len(seqs), 500) {
+		part := seqs[c[0]:c[1]]
+		recs, err := s.queryRecordsTx(ctx, tx, `SELECT `+recordCols+` FROM message_acknowledgments
+			WHERE stream_seq IN `+placeholders(1, len(part))+` AND sent_at IS NULL AND ack_status = 'ACK'
+			AND acknowledged_at IS NOT NULL ORDER BY stream_seq, consumer`, part...)
+		if err != nil {
+			return fmt.Errorf("store: read rows acked before their send: %w", err)
+		}
+		for _, r := range recs {
+			snd := bySeq[r.StreamSeq]
+			if c := snd.Consumer(); c != "" && c != r.Consumer {
+				continue // a direct send fills in its receiver's row only
+			}
+			r.MessageID, r.Sender, r.Workflow, r.Correlation, r.InReplyTo = snd.MessageID, snd.Sender, snd.Workflow, snd.Correlation, snd.InReplyTo
+			r.SentAt = snd.SentAt
+			out.Acked = append(out.Acked, r)
 		}
 	}
 	return nil
@@ -338,7 +375,7 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 				MessageID: snd.MessageID, Sender: snd.Sender, Workflow: snd.Workflow, Correlation: snd.Correlation,
 				InReplyTo: snd.InReplyTo, SentAt: snd.SentAt}
 		}
-		wasFinal := r.Final()
+		wasFinal, hadLatency := r.Final(), r.ackedWithSend()
 		n := 0
 		for _, e := range evs {
 			if r.addEvent(e) {
@@ -352,6 +389,9 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 		r.recompute()
 		if r.Final() && !wasFinal {
 			out.Resolved = append(out.Resolved, r)
+		}
+		if r.ackedWithSend() && !hadLatency {
+			out.Acked = append(out.Acked, r)
 		}
 		if !r.SentAt.IsZero() {
 			dirty[bucket{agent: r.Receiver, priority: r.Priority, hour: hour(r.SentAt)}] = struct{}{}

@@ -162,6 +162,12 @@ func (r *Record) Latency() time.Duration {
 	return r.AcknowledgedAt.Sub(r.SentAt)
 }
 
+// ackedWithSend reports whether the row has both its send time and an
+// ACK with its time, so its Latency is known.
+func (r *Record) ackedWithSend() bool {
+	return r.Status == StatusACK && !r.AcknowledgedAt.IsZero() && !r.SentAt.IsZero()
+}
+
 // InferredAck reports whether an inferred ACK (Event.Inferred) decided the
 // row: an ACK without acknowledged_at.
 func (r *Record) InferredAck() bool { return r.Status == StatusACK && r.AcknowledgedAt.IsZero() }
@@ -252,6 +258,12 @@ type Applied struct {
 	NewEvents []Event
 	// Resolved are the rows that reached their final status in this batch.
 	Resolved []Record
+	// Acked are the rows that first have both their send time and an ACK
+	// with its time (not inferred) in this batch: when the ACK came with
+	// the send recorded, or the send after the ACK. Each row is here once,
+	// whatever order its send and events arrive in, so the send-to-ACK
+	// latency can be observed for every ACK exactly once.
+	Acked []Record
 }
 
 // Rate aggregates one receiver and priority over a window: outcomes

@@ -32,6 +32,7 @@ func Run(t *testing.T, db Database) {
 		{"ConcurrentWritersLoseNothing", testConcurrentWriters},
 		{"ManyWritersOnColdStatements", testColdStatements},
 		{"TopicFansOutPerConsumer", testTopic},
+		{"EveryAckLatencyOnce", testAckedOnce},
 		{"RatesWindowAndSeries", testRates},
 		{"HourlyRollup", testHourly},
 		{"FollowUps", testFollowUps},
@@ -359,6 +360,58 @@ func testTopic(t *testing.T, s store.Store) {
 	msgs, err := s.Messages(ctx(t), store.Query{Receiver: "sub2"})
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("Messages(sub2) = %d, %v", len(msgs), err)
+	}
+}
+
+// Each ACK is reported in Applied.Acked exactly once, with its send time,
+// whatever order its send and events arrive in: the send-to-ACK latency
+// histogram observes every ACK once. An inferred ACK has no time and is
+// never reported.
+func testAckedOnce(t *testing.T, s store.Store) {
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	acked := map[store.Key]time.Duration{}
+	apply := func(b store.Batch) {
+		t.Helper()
+		for _, r := range mustApply(t, s, b).Acked {
+			if _, dup := acked[r.Key()]; dup {
+				t.Errorf("row %d/%s reported twice", r.StreamSeq, r.Consumer)
+			}
+			if r.SentAt.IsZero() || r.Sender != "a" && r.Sender != "pub" {
+				t.Errorf("row %d/%s reported without its send: %+v", r.StreamSeq, r.Consumer, r)
+			}
+			acked[r.Key()] = r.Latency()
+		}
+	}
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	ack1 := ev(store.EventAck, 1, "b_normal", 1, at(10))
+	ack2 := ev(store.EventAck, 2, "b_normal", 1, at(20))
+	ack3 := ev(store.EventAck, 3, "b_normal", 2, at(30))
+	nak3 := ev(store.EventNak, 3, "b_normal", 1, at(5))
+	inferred := ev(store.EventAck, 4, "b_normal", 0, at(40))
+	inferred.Inferred = true
+	topic := store.Send{StreamSeq: 5, MessageID: "t-5", Sender: "pub", Topic: "news", Kind: "topic", Priority: "normal", SentAt: base}
+	ackT1, ackT2 := ev(store.EventAck, 5, "x_normal", 1, at(50)), ev(store.EventAck, 5, "y_normal", 1, at(60))
+	// 1: send, then its ACK. 2: ACK, then its send. 3: NAK and ACK before
+	// the send, replayed after it. 4: inferred. 5: a topic's ACKs first.
+	apply(store.Batch{Sends: []store.Send{send(1, "a", "b", base)}})
+	apply(store.Batch{Events: []store.Event{ack1, ack2, nak3, ack3, inferred, ackT1, ackT2}})
+	apply(store.Batch{Sends: []store.Send{send(2, "a", "b", base), send(3, "a", "b", base), send(4, "a", "b", base), topic}})
+	for range 2 {
+		apply(store.Batch{Sends: []store.Send{send(1, "a", "b", base), send(2, "a", "b", base), send(3, "a", "b", base), topic},
+			Events: []store.Event{ack1, ack2, nak3, ack3, inferred, ackT1, ackT2}})
+	}
+	want := map[store.Key]time.Duration{
+		{StreamSeq: 1, Consumer: "b_normal"}: 10 * time.Millisecond, {StreamSeq: 2, Consumer: "b_normal"}: 20 * time.Millisecond,
+		{StreamSeq: 3, Consumer: "b_normal"}: 30 * time.Millisecond, {StreamSeq: 5, Consumer: "x_normal"}: 50 * time.Millisecond,
+		{StreamSeq: 5, Consumer: "y_normal"}: 60 * time.Millisecond,
+	}
+	if len(acked) != len(want) {
+		t.Fatalf("Acked reported %v; want %v", acked, want)
+	}
+	for k, l := range want {
+		if got, ok := acked[k]; !ok || got != l {
+			t.Errorf("row %d/%s latency %v (reported %v); want %v", k.StreamSeq, k.Consumer, got, ok, l)
+		}
 	}
 }
 
