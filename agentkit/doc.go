@@ -98,8 +98,11 @@
 // version, capabilities, director, status, instances, load) and renews the
 // entry every heartbeat ([WithHeartbeat], default 5s) with a per-key TTL of
 // three heartbeats, so an agent that dies is UNAVAILABLE after three missed
-// beats without deregistering. [Agent.Registry] answers [Registry.Find]
-// from a watched local cache.
+// beats without deregistering. An agent none of whose instances is left
+// reads STOPPED only when the newest of them to go deregistered cleanly,
+// UNAVAILABLE when its record expired: a crashed restart is not hidden by
+// the clean stop before it. [Agent.Registry] answers [Registry.Find] from
+// a watched local cache.
 //
 // Request and SendAndWait go through a circuit breaker per destination
 // ([WithBreaker]): five consecutive timeouts open it and sends fail fast

@@ -98,7 +98,7 @@ type Registry struct {
 
 	mu        sync.RWMutex
 	instances map[string]map[string]instanceRecord // agent → instance → record
-	gone      map[string]AgentStatus               // agent → STOPPED or UNAVAILABLE when no instance is left
+	gone      map[string]AgentStatus               // agent → how its newest instance to go went, when none is left
 	health    map[string]health                    // degraded marks
 	silent    map[string]health                    // unavailable marks
 	watchers  []chan RegistryEvent
@@ -253,22 +253,23 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 			r.instances[agent][inst] = rec
 			delete(r.gone, agent)
 		default:
-			// Delete: the instance stopped and deregistered. Purge: its TTL
-			// ran out (the server's expiry marker) — it stopped heartbeating.
+			// Delete: the instance deregistered, it stopped cleanly. Purge:
+			// its key expired by its TTL (the server's marker, reason
+			// MaxAge): it stopped heartbeating, unless its last record said
+			// STOPPED. The watch delivers events in stream order, also in
+			// the initial load, so the last one applied is the newest and
+			// says how the agent went: a crash after a clean stop of an
+			// earlier instance is UNAVAILABLE, and a deregistration after
+			// the record expired (a slow stop) is STOPPED.
 			rec, ok := r.instances[agent][inst]
 			delete(r.instances[agent], inst)
-			status := StatusUnavailable
-			if e.Operation() == jetstream.KeyValueDelete || ok && rec.Status == StatusStopped {
-				status = StatusStopped
-			}
 			if len(r.instances[agent]) == 0 {
 				delete(r.instances, agent)
-				// A deregistration says the agent stopped cleanly, even
-				// when its record expired first (the TTL's purge) and the
-				// cache had already taken it for unavailable.
-				if ok || r.gone[agent] == "" || e.Operation() == jetstream.KeyValueDelete {
-					r.gone[agent] = status
+				status := StatusUnavailable
+				if e.Operation() == jetstream.KeyValueDelete || ok && rec.Status == StatusStopped {
+					status = StatusStopped
 				}
+				r.gone[agent] = status
 			}
 		}
 		return agent

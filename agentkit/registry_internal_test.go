@@ -35,3 +35,28 @@ func TestRegistryApply_DeleteAfterPurgeIsStopped(t *testing.T) {
 		t.Fatalf("after the delete: %s, want STOPPED", rec.Status)
 	}
 }
+
+// The newest instance to go says how the agent went, whatever the
+// instances before it did: the initial load sees an earlier instance's
+// deregistration, then the expiry marker of the one that crashed after it
+// (its record is gone with a history of one), and the other way round.
+func TestRegistryApply_NewestInstanceToGoWins(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		first, second jetstream.KeyValueOp
+		want          AgentStatus
+	}{
+		{"crash after clean stop", jetstream.KeyValueDelete, jetstream.KeyValuePurge, StatusUnavailable},
+		{"clean stop after crash", jetstream.KeyValuePurge, jetstream.KeyValueDelete, StatusStopped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Registry{instances: map[string]map[string]instanceRecord{}, gone: map[string]AgentStatus{},
+				health: map[string]health{}, silent: map[string]health{}}
+			r.apply(entry{key: "agent.restarted.i1", op: tc.first})
+			r.apply(entry{key: "agent.restarted.i2", op: tc.second})
+			if rec, _ := r.Get("restarted"); rec.Status != tc.want {
+				t.Fatalf("status %s, want %s", rec.Status, tc.want)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 const testHeartbeat = 400 * time.Millisecond
@@ -553,5 +554,62 @@ func TestFallback_OpenCircuitRoutesToPeer(t *testing.T) {
 	}
 	if _, err := orch.Request(ctx(t), "planner_1", "plan", nil, agentkit.WithFallback("juggling")); !errors.Is(err, agentkit.ErrNoFallback) || !errors.Is(err, agentkit.ErrCircuitOpen) {
 		t.Fatalf("no candidate: %v", err)
+	}
+}
+
+// A restarted agent whose newest instance crashed is UNAVAILABLE, also to
+// a registry that loads the bucket afterwards (the CLI's `agents`): the
+// crashed instance's key holds the server's expiry marker, newer than the
+// deregistration of the instance before it that stopped cleanly.
+func TestRegistry_CrashAfterCleanStopIsUnavailableOnLoad(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	watcher := m.started("watcher", nil, agentkit.WithHeartbeat(testHeartbeat))
+	reg := watcher.Registry()
+
+	first := m.agent("victim", agentkit.WithHeartbeat(testHeartbeat))
+	if err := first.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	first.Stop()
+	eventually(t, 5*time.Second, "first instance STOPPED", func() bool {
+		rec, _ := reg.Get("victim")
+		return rec.Status == agentkit.StatusStopped
+	})
+
+	nc := m.conn()
+	second, err := agentkit.New(nc, "victim", agentkit.WithHeartbeat(testHeartbeat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+	eventually(t, 5*time.Second, "second instance READY", func() bool {
+		rec, _ := reg.Get("victim")
+		return rec.Status == agentkit.StatusReady
+	})
+	nc.Close() // crash: no Stop, no deregistration
+	eventually(t, 3*testHeartbeat+2*time.Second, "watched cache UNAVAILABLE", func() bool {
+		rec, _ := reg.Get("victim")
+		return rec.Status == agentkit.StatusUnavailable
+	})
+
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := agentkit.OpenRegistry(ctx(t), js, subjects.Default, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loaded.Close()
+	if rec, ok := loaded.Get("victim"); !ok || rec.Status != agentkit.StatusUnavailable {
+		t.Fatalf("loaded registry: victim %s (found %v), want UNAVAILABLE", rec.Status, ok)
+	}
+	got, err := loaded.Find(ctx(t), agentkit.Query{Status: agentkit.StatusUnavailable})
+	if err != nil || len(got) != 1 || got[0].ID != "victim" {
+		t.Fatalf("Find(UNAVAILABLE) = %+v, %v", got, err)
 	}
 }
