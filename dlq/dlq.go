@@ -7,7 +7,8 @@
 // headers and body) on mesh.dlq.<receiver>.<priority>.<sender> in stream
 // MESH_DLQ, with the Mesh-Dlq-* headers below saying why. The CLI
 // (agentmesh dlq) and the monitor's dashboard read them with this
-// package; replay is the CLI's.
+// package; replay and removal (how a dead letter is marked resolved) are
+// the CLI's.
 package dlq
 
 import (
@@ -55,6 +56,28 @@ const HeaderPrefix = "Mesh-Dlq-"
 // ErrNoStream reports that the dead-letter stream does not exist: the ack
 // monitor creates it, so no monitor has run on this mesh yet.
 var ErrNoStream = errors.New("dlq: no dead-letter stream")
+
+// ErrNotFound reports that the dead-letter stream holds no message at the
+// sequence asked for: it never existed, was removed, or aged out.
+var ErrNotFound = errors.New("not found")
+
+// notFoundError is [ErrNotFound] in place of the server's answer, which
+// it wraps for callers that match nats.go's errors: the server's own
+// words ("API error: code=404 err_code=10037") say nothing to a user.
+type notFoundError struct{ err error }
+
+func (e notFoundError) Error() string        { return ErrNotFound.Error() }
+func (e notFoundError) Is(target error) bool { return target == ErrNotFound }
+func (e notFoundError) Unwrap() error        { return e.err }
+
+// notFound matches the server's "no message found" answers, which nats.go
+// returns as a bare API error from some calls (DeleteMsg) and as
+// jetstream.ErrMsgNotFound from others.
+func notFound(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrMsgNotFound) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound
+}
 
 // Letter is one dead letter as stored in the dead-letter stream.
 type Letter struct {
@@ -162,10 +185,41 @@ func Get(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, se
 		return Letter{}, err
 	}
 	raw, err := st.GetMsg(ctx, seq)
+	if notFound(err) {
+		return Letter{}, fmt.Errorf("dlq: dead letter %d: %w", seq, notFoundError{err})
+	}
 	if err != nil {
 		return Letter{}, fmt.Errorf("dlq: dead letter %d: %w", seq, err)
 	}
 	return Letter{Seq: seq, Time: raw.Time, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, nil
+}
+
+// Remove deletes the dead letter at seq from the dead-letter stream: it
+// is resolved (replayed, or given up on) and should no longer be listed.
+// It fails with [ErrNotFound] when there is none at seq. Removing needs
+// the right to delete messages of the stream, which only an
+// administrator's credentials have.
+func Remove(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, seq uint64) error {
+	st, err := stream(ctx, js, scheme)
+	if err != nil {
+		return err
+	}
+	err = st.DeleteMsg(ctx, seq)
+	if err != nil && !notFound(err) {
+		// A failed delete says why only in free text ("no message found",
+		// "stream store EOF" past the last sequence): ask for the message
+		// to tell a missing one from a real failure.
+		if _, gerr := st.GetMsg(ctx, seq); notFound(gerr) {
+			err = gerr
+		}
+	}
+	if notFound(err) {
+		return fmt.Errorf("dlq: dead letter %d: %w", seq, notFoundError{err})
+	}
+	if err != nil {
+		return fmt.Errorf("dlq: remove dead letter %d: %w", seq, err)
+	}
+	return nil
 }
 
 func stream(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme) (jetstream.Stream, error) {

@@ -176,3 +176,31 @@ func TestReplayRefusesWhatIsNotAMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestRemove deletes a dead letter; a sequence with none fails with
+// ErrNotFound, saying which, never with the server's API error.
+func TestRemove(t *testing.T) {
+	t.Parallel()
+	js, scheme, ctx := mesh(t)
+	deadLetter(t, ctx, js, scheme, 0)
+	keep := deadLetter(t, ctx, js, scheme, 1)
+	if err := dlq.Remove(ctx, js, scheme, 1); err != nil {
+		t.Fatal(err)
+	}
+	left, err := dlq.Read(ctx, js, scheme, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0].MessageID() != keep.MessageID {
+		t.Fatalf("after removing 1: %d letters left", len(left))
+	}
+	for name, err := range map[string]error{
+		"remove again": dlq.Remove(ctx, js, scheme, 1),
+		"remove 7":     dlq.Remove(ctx, js, scheme, 7),
+		"get removed":  func() error { _, err := dlq.Get(ctx, js, scheme, 1); return err }(),
+	} {
+		if !errors.Is(err, dlq.ErrNotFound) || strings.Contains(err.Error(), "API error") || !strings.Contains(err.Error(), "dead letter") {
+			t.Errorf("%s: %v, want ErrNotFound naming the dead letter", name, err)
+		}
+	}
+}
