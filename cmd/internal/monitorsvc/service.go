@@ -71,6 +71,10 @@ func (s *Service) end(err error) {
 // Addr is the HTTP address the service listens on.
 func (s *Service) Addr() string { return s.addr }
 
+// Active reports whether this instance is the active monitor (see
+// [ackmonitor.Monitor.Active]); a standby serves its own ledger only.
+func (s *Service) Active() bool { return s.mon.Active() }
+
 // Ready is closed once the monitor has provisioned its streams and
 // consumers and consumes.
 func (s *Service) Ready() <-chan struct{} { return s.mon.Ready() }
