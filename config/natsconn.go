@@ -79,14 +79,28 @@ func (n NATS) Connect(ctx context.Context, extra ...nats.Option) (*nats.Conn, er
 	}
 	opts = append(opts, extra...)
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("config: connect: %w", err)
+		return nil, &ConnectError{URLs: strings.Join(n.URLs, ","), Err: err}
 	}
 	nc, err := nats.Connect(strings.Join(n.URLs, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("config: connect to %s: %w", strings.Join(n.URLs, ","), err)
+		return nil, &ConnectError{URLs: strings.Join(n.URLs, ","), Err: err}
 	}
 	return nc, nil
 }
+
+// ConnectError is a failure to reach the NATS servers: none answered, or
+// one refused the connection (credentials, TLS). It is not a configuration
+// error, so it carries no "config:" prefix.
+type ConnectError struct {
+	URLs string // the servers dialled, comma separated
+	Err  error  // why, from nats.go
+}
+
+func (e *ConnectError) Error() string {
+	return fmt.Sprintf("cannot connect to nats at %s: %v", e.URLs, e.Err)
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
 
 // Scheme returns the naming scheme of the mesh prefix.
 func (c *Config) Scheme() (subjects.Scheme, error) {

@@ -6,8 +6,8 @@
 //	go run ./cmd/agentmesh demo
 //	agentmesh --help
 //
-// Exit codes: 0 success, 1 failure, 2 usage error, 3 the demo's workflows
-// did not end as expected.
+// Exit codes: 0 success, 1 failure, 2 usage error; demo also 3, its
+// workflows did not end as expected.
 package main
 
 import (
@@ -97,11 +97,14 @@ type app struct {
 	serverGiven bool
 }
 
+// exitCodesHelp ends every command's help; demo adds its own code 3.
 const exitCodesHelp = `
 Exit codes:
   0  success
   1  failure (connection, server or I/O error)
-  2  usage error (unknown command or flag, bad argument, invalid configuration)
+  2  usage error (unknown command or flag, bad argument, invalid configuration)`
+
+const demoExitCodesHelp = exitCodesHelp + `
   3  the demo's workflows did not end as expected`
 
 func (a *app) rootCmd() *cobra.Command {
@@ -189,13 +192,19 @@ func splitURLs(s string) []string {
 	return out
 }
 
-// connect dials the configured servers.
+// connect dials the configured servers. A server that does not answer is
+// most often one not started yet: the error says how to start one.
 func (a *app) connect(ctx context.Context, name string) (*nats.Conn, error) {
 	n := a.cfg.NATS
 	n.Name = name
 	ctx, cancel := context.WithTimeout(ctx, n.ConnectTimeout)
 	defer cancel()
-	return n.Connect(ctx)
+	nc, err := n.Connect(ctx)
+	var ce *config.ConnectError
+	if errors.As(err, &ce) && errors.Is(err, nats.ErrNoServers) {
+		return nil, fmt.Errorf("%w; start one with `agentmesh up`, or name one with --server or NATS_URL", err)
+	}
+	return nc, err
 }
 
 // jetStream dials and returns a JetStream context; close nc when done.
