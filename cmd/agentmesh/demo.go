@@ -52,7 +52,7 @@ connection. It runs two workflows:
 The demo uses short delivery policies (ack timeouts 250ms, 500ms, 1s; 3 attempts)
 so it ends in seconds. It prints each conversation as a tree read back from the
 MESH stream by correlation id, then per-agent and per-priority ack statistics.
-With --serve it keeps the agents running and repeats the workflows until Ctrl-C.` + exitCodesHelp,
+With --serve it keeps the agents running and repeats the workflows until Ctrl-C.` + demoExitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if every <= 0 {
