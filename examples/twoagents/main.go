@@ -1,7 +1,8 @@
 // Command twoagents runs two agents on an embedded NATS server: an
 // orchestrator asks a planner for a plan (request/response), then sends the
-// plan's first task to an executor and waits for its ACK (SendAndWait),
-// then a bad task that the executor NACKs.
+// plan's first task (execute_operation) to the same planner, which also
+// executes operations so that two agents suffice, and waits for its ACK
+// (SendAndWait), then a bad task that the planner NACKs.
 //
 //	go run ./examples/twoagents
 package main
