@@ -93,17 +93,18 @@ func WithType(agentType string) Option {
 }
 
 // WithPolicy replaces the delivery policy of one priority. Default:
-// [DefaultPolicies]. Policies apply when Start creates or updates the
-// agent's consumers.
+// [DefaultPolicies]. A field of policy left zero takes that priority's
+// default (see each field for what its zero means). Policies apply when
+// Start creates or updates the agent's consumers.
 func WithPolicy(p wire.Priority, policy DeliveryPolicy) Option {
 	return optionFunc(func(o *options) error {
 		if !p.Valid() {
 			return fmt.Errorf("%w: unknown priority %q", ErrInvalidOption, p)
 		}
+		policy = policy.withDefaults(p)
 		if err := policy.validate(p); err != nil {
 			return err
 		}
-		policy.BackOff = append([]time.Duration(nil), policy.BackOff...)
 		o.policies[p] = policy
 		return nil
 	})

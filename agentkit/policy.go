@@ -2,26 +2,31 @@ package agentkit
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // DeliveryPolicy is how the broker and the runtime treat messages of one
-// priority. [DefaultPolicies] holds the defaults of all five priorities.
+// priority. [DefaultPolicies] holds the defaults of all five priorities;
+// [WithPolicy] fills a field left zero with the priority's default, so a
+// policy names only what it changes.
 type DeliveryPolicy struct {
 	// BackOff is the ack timeout of each delivery attempt: attempt n waits
 	// BackOff[min(n-1, len-1)] for an ack (or InProgress) before the broker
 	// redelivers. It is also the NakWithDelay schedule for retryable
 	// failures. JetStream sets AckWait to BackOff[0]. Pull requests live
-	// twice BackOff[0], between 2s and 10s.
+	// twice BackOff[0], between 2s and 10s. Empty: the priority's default.
 	BackOff []time.Duration
 	// MaxDeliver is the number of delivery attempts, the first included;
 	// after the last one the monitor escalates. It must be ≥ len(BackOff).
+	// Zero: the priority's default, raised to len(BackOff) when BackOff
+	// is longer.
 	MaxDeliver int
 	// ProcessingLimit bounds how long a handler may run: InProgress keeps
 	// the message alive until then, and the handler's context is cancelled
-	// at the limit.
+	// at the limit. Zero: the priority's default.
 	ProcessingLimit time.Duration
 	// Prefetch is how many messages the client buffers ahead of the
 	// handlers until their pace is known (with MaxPrefetch 0, always). The
@@ -29,16 +34,20 @@ type DeliveryPolicy struct {
 	// not when a handler picks it up, so a buffer slow handlers cannot
 	// empty within the ack timeout turns waiting messages into
 	// redeliveries. The default, 1, is safe however slow the handlers are.
+	// Zero: the priority's default.
 	Prefetch int
 	// MaxPrefetch, when set, lets the runtime size the buffer to the
 	// handlers' measured pace: as many messages as the workers finish
 	// within half the ack timeout (BackOff[0]), between 1 and MaxPrefetch.
 	// Fast handlers get a deep buffer and the throughput that comes with
 	// it; slow ones a shallow buffer, so nothing waits out its ack timeout
-	// in it. Zero keeps the buffer at Prefetch.
+	// in it. Zero with Prefetch set keeps the buffer at Prefetch (a fixed
+	// buffer); zero with Prefetch zero too takes the priority's default, as
+	// a policy that says nothing about the buffer.
 	MaxPrefetch int
 	// MaxAckPending bounds unacknowledged messages across all instances of
-	// the agent at this priority (server default 1000).
+	// the agent at this priority. Zero: the priority's default, 1000 (the
+	// server's default too).
 	MaxAckPending int
 }
 
@@ -72,6 +81,34 @@ func DefaultPolicies() map[wire.Priority]DeliveryPolicy {
 		wire.PriorityLow:      {BackOff: seconds(30, 30), MaxDeliver: 2, ProcessingLimit: 10 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
 		wire.PriorityBatch:    {BackOff: seconds(60, 60), MaxDeliver: 2, ProcessingLimit: 30 * time.Minute, Prefetch: 1, MaxPrefetch: 512, MaxAckPending: 1000},
 	}
+}
+
+// withDefaults fills the fields of p left zero from the default policy of
+// prio; negative values stay for validate to reject. The BackOff it
+// returns is never shared with the caller's or the defaults'.
+func (p DeliveryPolicy) withDefaults(prio wire.Priority) DeliveryPolicy {
+	d := DefaultPolicies()[prio]
+	if len(p.BackOff) == 0 {
+		p.BackOff = d.BackOff
+	} else {
+		p.BackOff = slices.Clone(p.BackOff)
+	}
+	if p.MaxDeliver == 0 {
+		p.MaxDeliver = max(d.MaxDeliver, len(p.BackOff))
+	}
+	if p.ProcessingLimit == 0 {
+		p.ProcessingLimit = d.ProcessingLimit
+	}
+	if p.Prefetch == 0 {
+		p.Prefetch = d.Prefetch
+		if p.MaxPrefetch == 0 {
+			p.MaxPrefetch = d.MaxPrefetch
+		}
+	}
+	if p.MaxAckPending == 0 {
+		p.MaxAckPending = d.MaxAckPending
+	}
+	return p
 }
 
 func (p DeliveryPolicy) validate(prio wire.Priority) error {
