@@ -69,6 +69,11 @@ With --serve it keeps the agents running and repeats the workflows until Ctrl-C.
 	return cmd
 }
 
+// demoPinnedTTL is the pinned TTL of the demo's own ack monitor: the
+// shortest that keeps the monitor's fetch wait (250ms, at most a quarter
+// of it) valid.
+const demoPinnedTTL = time.Second
+
 func (a *app) runDemo(ctx context.Context, dataDir string, serve bool, every time.Duration, withMonitor, expectEscalation bool) error {
 	out := a.stdout
 	connect := a.connect
@@ -119,7 +124,14 @@ func (a *app) runDemo(ctx context.Context, dataDir string, serve bool, every tim
 		if err != nil {
 			return fmt.Errorf("ack monitor: %w", err)
 		}
-		mon, err = startMonitor(ctx, a.cfg, monNC, st, a.cfg.Monitor.HTTPAddr, demo.Director, slog.New(slog.DiscardHandler))
+		// The demo's monitor is the only instance on a server of its
+		// own, so nothing needs the failover margin of monitor.pinned_ttl:
+		// a newly pinned instance acts only after two status checks
+		// (pinned_ttl/5 each), which would hold the first escalation back
+		// for seconds.
+		mcfg := *a.cfg
+		mcfg.Monitor.PinnedTTL = min(mcfg.Monitor.PinnedTTL, demoPinnedTTL)
+		mon, err = startMonitor(ctx, &mcfg, monNC, st, a.cfg.Monitor.HTTPAddr, demo.Director, slog.New(slog.DiscardHandler))
 		if err != nil {
 			return fmt.Errorf("ack monitor: %w", err)
 		}
