@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -179,6 +180,15 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		return err
 	}
 	defer nc.Close()
+	ctx, stop := watchDenials(ctx, nc)
+	defer stop()
+	if isolated(nc) {
+		// The credentials auth generates for one agent may not create
+		// streams, consumers or registry records, nor look at the stream:
+		// bind to the consumers auth --provision made, and stay out of
+		// the registry, as such an agent runs.
+		opts = append(opts, agentkit.WithProvisioning(false), agentkit.WithRegistration(false))
+	}
 	agent, err := agentkit.New(nc, env.SenderID, opts...)
 	if err != nil {
 		return usageErr(err)
@@ -209,9 +219,13 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 	rctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	if err := agent.Start(rctx); err != nil {
-		return err
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("%w\nthese credentials bind to the consumers of %s made by agentmesh auth --provision (with %s among its agents)", err, env.SenderID, env.SenderID)
+		}
+		return denied(rctx, err, "")
 	}
 	reply, rerr := agent.Request(rctx, env.ReceiverID, env.Action, env.Payload, envelopeOptions(env)...)
+	rerr = denied(rctx, rerr, "")
 	if reply != nil {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
@@ -220,6 +234,14 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		}
 	}
 	return rerr
+}
+
+// isolated reports whether nc authenticated with credentials auth
+// generated for one agent: those, and only those, set a private inbox
+// prefix (auth.SeedFileOptions), because the agent may subscribe nowhere
+// else.
+func isolated(nc *nats.Conn) bool {
+	return nc.Opts.InboxPrefix != "" && nc.Opts.InboxPrefix != nats.InboxPrefix
 }
 
 // target says where env goes: its receiver, its topic or every agent.

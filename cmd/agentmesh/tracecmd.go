@@ -34,9 +34,11 @@ the time offset from the first message and the stream sequence.` + exitCodesHelp
 				return err
 			}
 			defer nc.Close()
+			ctx, stop := watchDenials(ctx, nc)
+			defer stop()
 			entries, err := trace.Read(ctx, js, a.scheme(), args[0])
 			if err != nil {
-				return err
+				return denied(ctx, err, fmt.Sprintf("trace reads all of stream %s, which an agent's own credentials may not; use the monitor's or the admin's", a.scheme().Stream()))
 			}
 			roots := trace.Build(entries)
 			if asJSON {
