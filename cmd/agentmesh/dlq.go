@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/permission"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/dlq"
 )
@@ -147,7 +148,10 @@ func (a *app) dlqList(ctx context.Context, limit int, asJSON bool) error {
 		return err
 	}
 	defer nc.Close()
+	ctx, stop := watchDenials(ctx, nc)
+	defer stop()
 	letters, err := dlq.Read(ctx, js, a.scheme(), limit)
+	err = denied(ctx, err, "")
 	if errors.Is(err, dlq.ErrNoStream) {
 		if asJSON {
 			_, err := fmt.Fprintln(a.stdout, "[]")
@@ -198,9 +202,11 @@ func (a *app) dlqReplay(ctx context.Context, seqs []uint64, all, dryRun, remove 
 		return err
 	}
 	defer nc.Close()
+	ctx, stop := watchDenials(ctx, nc)
+	defer stop()
 	letters, err := a.dlqLetters(ctx, js, seqs, all)
 	if err != nil {
-		return err
+		return denied(ctx, err, "")
 	}
 	failed := 0
 	for _, l := range letters {
@@ -216,7 +222,10 @@ func (a *app) dlqReplay(ctx context.Context, seqs []uint64, all, dryRun, remove 
 			continue
 		}
 		r, err := dlq.Replay(ctx, js, a.scheme(), l)
-		if err != nil {
+		if err = denied(ctx, err, ""); err != nil {
+			if errors.Is(err, permission.ErrDenied) {
+				return err // the rest would be refused the same way
+			}
 			failed++
 			fmt.Fprintf(a.stderr, "dead letter %d: %v\n", l.Seq, err)
 			continue
@@ -227,7 +236,7 @@ func (a *app) dlqReplay(ctx context.Context, seqs []uint64, all, dryRun, remove 
 		}
 		fmt.Fprintf(a.stdout, "replayed dead letter %d to %s as %s seq %d%s\n", l.Seq, r.Subject, r.Stream, r.Sequence, dup)
 		if remove {
-			if err := dlq.Remove(ctx, js, a.scheme(), l.Seq); err != nil {
+			if err := denied(ctx, dlq.Remove(ctx, js, a.scheme(), l.Seq), ""); err != nil {
 				failed++
 				fmt.Fprintf(a.stderr, "dead letter %d: replayed but not removed: %v\n", l.Seq, err)
 				continue
@@ -268,10 +277,12 @@ func (a *app) dlqRemove(ctx context.Context, seqs []uint64) error {
 		return err
 	}
 	defer nc.Close()
+	ctx, stop := watchDenials(ctx, nc)
+	defer stop()
 	failed := 0
 	for _, seq := range seqs {
-		if err := dlq.Remove(ctx, js, a.scheme(), seq); err != nil {
-			if errors.Is(err, dlq.ErrNoStream) {
+		if err := denied(ctx, dlq.Remove(ctx, js, a.scheme(), seq), ""); err != nil {
+			if errors.Is(err, dlq.ErrNoStream) || errors.Is(err, permission.ErrDenied) {
 				return err
 			}
 			failed++

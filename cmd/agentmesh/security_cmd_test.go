@@ -103,3 +103,13 @@ func TestSecurity_RequestAsAnotherDenied(t *testing.T) {
 		t.Fatalf("request as planner_1 with orch_1's credentials: exit %d after %v\n%s\n%s", code, time.Since(start), out, errOut)
 	}
 }
+
+// TestSecurity_DLQDenied: dlq with an agent's credentials fails at once.
+func TestSecurity_DLQDenied(t *testing.T) {
+	url, dir := isolatedMesh(t)
+	start := time.Now()
+	code, out, errOut := cli(t, "dlq", "ls", "-s", url, "--creds", filepath.Join(dir, "orch_1.nk"))
+	if code != exitFailure || strings.Count(errOut, "ermission denied") != 1 || time.Since(start) > 10*time.Second {
+		t.Fatalf("dlq ls as orch_1: exit %d after %v\n%s\n%s", code, time.Since(start), out, errOut)
+	}
+}
