@@ -100,8 +100,9 @@
 // three heartbeats, so an agent that dies is UNAVAILABLE after three missed
 // beats without deregistering. An agent none of whose instances is left
 // reads STOPPED only when the newest of them to go deregistered cleanly,
-// UNAVAILABLE when its record expired: a crashed restart is not hidden by
-// the clean stop before it. [Agent.Registry] answers [Registry.Find] from
+// UNAVAILABLE when its record expired (for a week, as long as the bucket
+// keeps the expiry marker): a crashed restart is not hidden by the clean
+// stop before it. [Agent.Registry] answers [Registry.Find] from
 // a watched local cache.
 //
 // Request and SendAndWait go through a circuit breaker per destination

@@ -118,6 +118,16 @@ var ErrWatchEnded = errors.New("agentkit: registry watch ended")
 // registryTTLFloor is the smallest per-key TTL the server accepts.
 const registryTTLFloor = time.Second
 
+// registryMarkerTTL is how long the marker the server leaves when an
+// instance's key expires (its heartbeats stopped) stays in the bucket.
+// Only while it does can a registry that loads the bucket, such as the
+// CLI's, tell that instance crashed: without it the agent reads as its
+// earlier instances went, STOPPED after a clean stop, or not at all. A
+// clean stop's delete marker stays for good; a week of crash markers is
+// as long as the message stream keeps messages. With a history of one the
+// server does not stretch the keys' own TTLs to it.
+const registryMarkerTTL = 7 * 24 * time.Hour
+
 // OpenRegistry binds to (creating it when create is true) the registry
 // bucket of scheme and starts watching it. It returns once the cache holds
 // the bucket's current contents, or with an error matching [ErrWatchEnded]
@@ -129,7 +139,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 		Description:    "agentmesh agent registry",
 		History:        1,
 		Replicas:       replicas,
-		LimitMarkerTTL: time.Minute,
+		LimitMarkerTTL: registryMarkerTTL,
 	}, create)
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: registry: %w", err)

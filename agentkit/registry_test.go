@@ -612,4 +612,17 @@ func TestRegistry_CrashAfterCleanStopIsUnavailableOnLoad(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].ID != "victim" {
 		t.Fatalf("Find(UNAVAILABLE) = %+v, %v", got, err)
 	}
+	// It keeps saying so for as long as the bucket keeps the expiry
+	// marker: days, so an operator who looks later still sees the crash.
+	kv, err := js.KeyValue(ctx(t), subjects.Default.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LimitMarkerTTL() < 24*time.Hour {
+		t.Fatalf("the registry keeps expiry markers %v, want at least a day", st.LimitMarkerTTL())
+	}
 }
