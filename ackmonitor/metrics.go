@@ -18,6 +18,7 @@ type metrics struct {
 	outcomes    *prometheus.CounterVec   // agent, priority, status
 	naks        *prometheus.CounterVec   // agent, priority
 	timeouts    *prometheus.CounterVec   // agent, priority: delivery timeouts
+	nakExhaust  *prometheus.CounterVec   // agent, priority: TIMEOUT outcomes exhausted by NAKs alone
 	escalations *prometheus.CounterVec   // agent, priority
 	deadLetters *prometheus.CounterVec   // agent, priority
 	followUpErr prometheus.Counter       // failed dead-letter or escalation attempts
@@ -51,6 +52,8 @@ func newMetrics() *metrics {
 		Help: "NAKs (redelivery requests, e.g. busy receivers), by receiving agent and priority."}, ap)
 	m.timeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_delivery_timeouts_total",
 		Help: "Delivery attempts that expired without ack or NAK (inferred: deliveries - 1 - NAKs), by agent and priority."}, ap)
+	m.nakExhaust = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_nak_exhausted_total",
+		Help: "TIMEOUT outcomes (counted in ackmonitor_outcomes_total) whose every delivery the receiver NAKed: exhausted by NAKs, nothing timed out; the timeout rate leaves them out. By receiving agent and priority."}, ap)
 	m.escalations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_escalations_total",
 		Help: "Escalations sent to directors, by receiving agent and priority."}, ap)
 	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_dead_letters_total",
@@ -85,7 +88,7 @@ func newMetrics() *metrics {
 		Help: "1 for each active (raised, not resolved) alert, reported by the active instance only."}, []string{"agent", "kind", "severity"})
 	m.stalePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_stale_pending_rows",
 		Help: "Ledger rows without a final status whose send is older than StalePendingAfter (default 2h), reported by the active instance only."}, nil)
-	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.invalid, m.refused, m.inferred, m.ackTime, m.latency,
+	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.nakExhaust, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.invalid, m.refused, m.inferred, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts, m.stalePending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -106,6 +109,9 @@ func (m *metrics) observe(a store.Applied) {
 		// receiver: invalid input, its sender's failure, stays out.
 		if r.Status != store.StatusInvalid {
 			m.outcomes.WithLabelValues(r.Receiver, r.Priority, r.Status).Inc()
+		}
+		if r.NakExhausted {
+			m.nakExhaust.WithLabelValues(r.Receiver, r.Priority).Inc()
 		}
 		if r.Timeouts > 0 {
 			m.timeouts.WithLabelValues(r.Receiver, r.Priority).Add(float64(r.Timeouts))

@@ -232,7 +232,8 @@ func testScenario(t *testing.T, kind storeKind) {
 		return rec.Status == agentkit.StatusUnavailable && rec.UnavailableBy == "ackmonitor" && strings.Contains(rec.UnavailableReason, "exhausted")
 	})
 
-	// Alerts: ack rate 35/41 = 85% is critical, timeout rate 3/41 = 7.3% a warning.
+	// Alerts: ack rate 35/41 = 85% is critical. The 3 "never" messages
+	// were NAKed until exhausted: nothing timed out, so no timeout alert.
 	activeAlert := func(kind, sev string) bool {
 		as, err := st.Alerts(ctx, true, 100)
 		if err != nil {
@@ -245,12 +246,14 @@ func testScenario(t *testing.T, kind storeKind) {
 		}
 		return false
 	}
-	eventually(t, 20*time.Second, "ack and timeout alerts", func() bool {
-		return activeAlert(ackmonitor.AlertAckRate, "critical") && activeAlert(ackmonitor.AlertTimeoutRate, "warning")
+	eventually(t, 20*time.Second, "the ack alert", func() bool {
+		return activeAlert(ackmonitor.AlertAckRate, "critical")
 	})
+	if activeAlert(ackmonitor.AlertTimeoutRate, "warning") || activeAlert(ackmonitor.AlertTimeoutRate, "critical") {
+		t.Error("a timeout alert for messages exhausted by NAKs")
+	}
 	eventually(t, 10*time.Second, "alert events", func() bool {
-		return alerts.find("mesh.alert.critical.worker", ackmonitor.AlertAckRate, ackmonitor.AlertRaised) &&
-			alerts.find("mesh.alert.warning.worker", ackmonitor.AlertTimeoutRate, ackmonitor.AlertRaised)
+		return alerts.find("mesh.alert.critical.worker", ackmonitor.AlertAckRate, ackmonitor.AlertRaised)
 	})
 
 	// Healthy traffic resolves them: 235/241 acked, 3/241 timed out.
@@ -260,8 +263,7 @@ func testScenario(t *testing.T, kind storeKind) {
 		return err == nil && len(as) == 0
 	})
 	eventually(t, 10*time.Second, "resolution events", func() bool {
-		return alerts.find("mesh.alert.info.worker", ackmonitor.AlertAckRate, ackmonitor.AlertResolved) &&
-			alerts.find("mesh.alert.info.worker", ackmonitor.AlertTimeoutRate, ackmonitor.AlertResolved)
+		return alerts.find("mesh.alert.info.worker", ackmonitor.AlertAckRate, ackmonitor.AlertResolved)
 	})
 	want.Sent += nHeal
 	want.Acked += nHeal

@@ -7,6 +7,11 @@ import (
 	"time"
 )
 
+// nakExhaustedSQL tells a row exhausted by NAKs alone (nakExhausted): a
+// TIMEOUT row with no timed-out delivery. It needs no column of its own,
+// so rows recorded before it was counted are counted too.
+const nakExhaustedSQL = `(ack_status = 'TIMEOUT' AND timeouts = 0)`
+
 func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 	t, allPending := since.UnixMicro(), ""
 	if since.IsZero() {
@@ -17,6 +22,7 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'ACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'NACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'TIMEOUT' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND `+nakExhaustedSQL+` THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? AND ack_status = 'INVALID' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN ack_status IS NULL THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? THEN naks ELSE 0 END), 0) AS BIGINT),
@@ -25,7 +31,7 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 		CAST(AVG(CASE WHEN resolved_at >= ? AND ack_status = 'ACK' AND sent_at IS NOT NULL
 			THEN (acknowledged_at - sent_at) / 1000.0 END) AS DOUBLE PRECISION)
 		FROM message_acknowledgments WHERE resolved_at >= ? OR sent_at >= ?`+allPending+`
-		GROUP BY receiver_agent, priority ORDER BY receiver_agent, priority`), t, t, t, t, t, t, t, t, t, t, t)
+		GROUP BY receiver_agent, priority ORDER BY receiver_agent, priority`), t, t, t, t, t, t, t, t, t, t, t, t)
 	if err != nil {
 		return nil, fmt.Errorf("store: rates: %w", err)
 	}
@@ -34,7 +40,7 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 	for rows.Next() {
 		var r Rate
 		var ack, lat sql.NullFloat64
-		if err := rows.Scan(&r.Agent, &r.Priority, &r.Sent, &r.Acked, &r.Nacked, &r.TimedOut, &r.Invalid, &r.Pending,
+		if err := rows.Scan(&r.Agent, &r.Priority, &r.Sent, &r.Acked, &r.Nacked, &r.TimedOut, &r.NakExhausted, &r.Invalid, &r.Pending,
 			&r.Naks, &r.Timeouts, &ack, &lat); err != nil {
 			return nil, fmt.Errorf("store: rates: %w", err)
 		}
@@ -79,6 +85,7 @@ func (s *sqlStore) Series(ctx context.Context, agent string, since time.Time, st
 		CAST(COALESCE(SUM(CASE WHEN ack_status = 'ACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN ack_status = 'NACK' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN ack_status = 'TIMEOUT' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN `+nakExhaustedSQL+` THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN ack_status = 'INVALID' THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(AVG(CASE WHEN ack_status = 'ACK' THEN processing_time_ms END) AS DOUBLE PRECISION)
 		FROM message_acknowledgments WHERE resolved_at >= ?`+filter+` GROUP BY b ORDER BY b`), args...)
@@ -91,7 +98,7 @@ func (s *sqlStore) Series(ctx context.Context, agent string, since time.Time, st
 		var p Point
 		var b int64
 		var avg sql.NullFloat64
-		if err := rows.Scan(&b, &p.Acked, &p.Nacked, &p.TimedOut, &p.Invalid, &avg); err != nil {
+		if err := rows.Scan(&b, &p.Acked, &p.Nacked, &p.TimedOut, &p.NakExhausted, &p.Invalid, &avg); err != nil {
 			return nil, fmt.Errorf("store: series: %w", err)
 		}
 		p.At, p.AvgAckTimeMS = time.UnixMicro(b*stepUS).UTC(), avg.Float64

@@ -35,6 +35,7 @@ func scanRecord(sc scanner) (Record, error) {
 	r.SentAt, r.AcknowledgedAt, r.ResolvedAt = fromUS(sent), fromUS(acked), fromUS(resolved)
 	r.HandledAt, r.EscalatedAt, r.GivenUpAt = fromUS(handled), fromUS(escalated), fromUS(givenUp)
 	r.Status = status.String
+	r.NakExhausted = nakExhausted(r.Status, r.Timeouts)
 	if proc.Valid {
 		r.ProcessingTime = time.Duration(proc.Float64 * float64(time.Millisecond))
 	}

@@ -14,9 +14,13 @@ import (
 // has the empty status ("pending").
 const (
 	StatusPending = ""
-	StatusACK     = "ACK"     // acked by the receiver
-	StatusNACK    = "NACK"    // terminated by the receiver (agentkit.Reject, a missing capability)
-	StatusTimeout = "TIMEOUT" // delivery attempts exhausted (MAX_DELIVERIES)
+	StatusACK     = "ACK"  // acked by the receiver
+	StatusNACK    = "NACK" // terminated by the receiver (agentkit.Reject, a missing capability)
+	// StatusTimeout: delivery attempts exhausted (MAX_DELIVERIES). A row
+	// whose every delivery its receiver NAKed is exhausted too, but
+	// nothing timed out: [Record.NakExhausted] tells it apart, and the
+	// timeout rate leaves it out ([Rate.NakExhausted]).
+	StatusTimeout = "TIMEOUT"
 	// StatusInvalid: terminated as invalid input (a TERM reason starting
 	// with [InvalidReasonPrefix]), the sender's failure, not the
 	// receiver's: such rows count in no receiver's ack, NACK or timeout
@@ -132,6 +136,10 @@ type Record struct {
 	RetryCount     int       `json:"retry_count"` // deliveries − 1
 	Naks           int       `json:"naks"`
 	Timeouts       int       `json:"timeouts"`
+	// NakExhausted marks a TIMEOUT row whose every delivery the receiver
+	// NAKed (no delivery timed out): the handler asked for redelivery
+	// until the attempts ran out.
+	NakExhausted bool `json:"nak_exhausted,omitempty"`
 	// ProcessingTime is the ack metric's ack_time of the acking delivery
 	// (processing_time_ms in the ledger's terms).
 	ProcessingTime time.Duration `json:"processing_time_ns,omitzero"`
@@ -223,7 +231,12 @@ func (r *Record) recompute() {
 		r.Status = StatusTimeout
 		r.Timeouts = max(r.Deliveries-r.Naks, 0)
 	}
+	r.NakExhausted = nakExhausted(r.Status, r.Timeouts)
 }
+
+// nakExhausted reports whether a row of status and timeouts was exhausted
+// by NAKs alone; rates.go's nakExhaustedSQL is the same test in SQL.
+func nakExhausted(status string, timeouts int) bool { return status == StatusTimeout && timeouts == 0 }
 
 // addEvent appends e unless an event with its id is in the history; it
 // reports whether e was new.
@@ -274,7 +287,13 @@ type Rate struct {
 	Sent     int64  `json:"sent"`
 	Acked    int64  `json:"acked"`
 	Nacked   int64  `json:"nacked"`
-	TimedOut int64  `json:"timed_out"`
+	// TimedOut counts every exhausted message (StatusTimeout), those
+	// NakExhausted counts included.
+	TimedOut int64 `json:"timed_out"`
+	// NakExhausted counts the TimedOut messages whose every delivery the
+	// receiver NAKed: an outcome of their own, in the resolved messages
+	// but not in the timeout rate, since nothing timed out.
+	NakExhausted int64 `json:"nak_exhausted"`
 	// Invalid counts the messages the receiver terminated as invalid
 	// input (StatusInvalid): their senders' failures, so they are not
 	// among the resolved messages its rates divide by.
@@ -302,8 +321,9 @@ func (r Rate) AckRate() float64 { return ratio(r.Acked, r.Resolved()) }
 // NackRate returns NACKs / resolved messages.
 func (r Rate) NackRate() float64 { return ratio(r.Nacked, r.Resolved()) }
 
-// TimeoutRate returns TIMEOUTs / resolved messages.
-func (r Rate) TimeoutRate() float64 { return ratio(r.TimedOut, r.Resolved()) }
+// TimeoutRate returns TIMEOUTs that timed out (not NakExhausted) /
+// resolved messages.
+func (r Rate) TimeoutRate() float64 { return ratio(r.TimedOut-r.NakExhausted, r.Resolved()) }
 
 // Merge adds o's counts to r (averages weighted by ACK counts).
 func (r Rate) Merge(o Rate) Rate {
@@ -315,6 +335,7 @@ func (r Rate) Merge(o Rate) Rate {
 	r.Acked += o.Acked
 	r.Nacked += o.Nacked
 	r.TimedOut += o.TimedOut
+	r.NakExhausted += o.NakExhausted
 	r.Invalid += o.Invalid
 	r.Pending += o.Pending
 	r.Naks += o.Naks
@@ -359,7 +380,8 @@ type Point struct {
 	At           time.Time `json:"at"`
 	Acked        int64     `json:"acked"`
 	Nacked       int64     `json:"nacked"`
-	TimedOut     int64     `json:"timed_out"`
+	TimedOut     int64     `json:"timed_out"`     // NakExhausted included
+	NakExhausted int64     `json:"nak_exhausted"` // see Rate.NakExhausted
 	Invalid      int64     `json:"invalid"`
 	AvgAckTimeMS float64   `json:"avg_ack_time_ms"`
 }

@@ -34,6 +34,7 @@ func Run(t *testing.T, db Database) {
 		{"TopicFansOutPerConsumer", testTopic},
 		{"EveryAckLatencyOnce", testAckedOnce},
 		{"RatesWindowAndSeries", testRates},
+		{"NakExhaustedIsNoTimeout", testNakExhausted},
 		{"HourlyRollup", testHourly},
 		{"FollowUps", testFollowUps},
 		{"FollowUpsFailedAndGivenUp", testGiveUp},
@@ -481,6 +482,46 @@ func testRates(t *testing.T, s store.Store) {
 	one, err := s.Series(ctx(t), "c", now.Add(-time.Minute), time.Minute)
 	if err != nil || len(one) == 0 || one[len(one)-1].Acked != 1 {
 		t.Fatalf("series(c) = %+v, %v", one, err)
+	}
+}
+
+// A message whose every delivery was NAKed until its attempts ran out is
+// TIMEOUT (exhausted, followed up as such) but counts apart: nothing timed
+// out, so the timeout rate leaves it out. One whose last attempt timed
+// out is a timeout.
+func testNakExhausted(t *testing.T, s store.Store) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
+	b := store.Batch{Sends: []store.Send{send(1, "a", "b", now), send(2, "a", "b", now), send(3, "a", "b", now), send(4, "a", "b", now)},
+		Events: []store.Event{
+			ev(store.EventNak, 1, "b_normal", 1, at(1)), ev(store.EventNak, 1, "b_normal", 2, at(2)), ev(store.EventMax, 1, "b_normal", 2, at(3)),
+			ev(store.EventNak, 2, "b_normal", 1, at(1)), ev(store.EventMax, 2, "b_normal", 2, at(3)),
+			ev(store.EventAck, 3, "b_normal", 1, at(1)), ev(store.EventAck, 4, "b_normal", 1, at(1)),
+		}}
+	mustApply(t, s, b)
+	if r := get(t, s, 1, "b_normal"); r.Status != store.StatusTimeout || !r.NakExhausted || r.Timeouts != 0 {
+		t.Errorf("row exhausted by NAKs = status %s nak_exhausted %v timeouts %d", r.Status, r.NakExhausted, r.Timeouts)
+	}
+	if r := get(t, s, 2, "b_normal"); r.Status != store.StatusTimeout || r.NakExhausted || r.Timeouts != 1 {
+		t.Errorf("row that timed out = status %s nak_exhausted %v timeouts %d", r.Status, r.NakExhausted, r.Timeouts)
+	}
+	rates, err := s.Rates(ctx(t), now.Add(-time.Minute))
+	if err != nil || len(rates) != 1 {
+		t.Fatalf("rates = %+v, %v", rates, err)
+	}
+	if r := rates[0]; r.TimedOut != 2 || r.NakExhausted != 1 || r.Resolved() != 4 || r.TimeoutRate() != 0.25 || r.AckRate() != 0.5 {
+		t.Errorf("rate = %+v, timeout rate %v ack rate %v; want 2 exhausted, 1 by NAKs, 25 %% and 50 %%", r, r.TimeoutRate(), r.AckRate())
+	}
+	pts, err := s.Series(ctx(t), "b", now.Add(-time.Minute), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timedOut, byNaks int64
+	for _, p := range pts {
+		timedOut, byNaks = timedOut+p.TimedOut, byNaks+p.NakExhausted
+	}
+	if timedOut != 2 || byNaks != 1 {
+		t.Errorf("series = %+v; want 2 exhausted, 1 by NAKs", pts)
 	}
 }
 
