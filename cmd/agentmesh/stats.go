@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,6 +23,7 @@ type rateView struct {
 	Nacked      int64   `json:"nacked"`
 	TimedOut    int64   `json:"timed_out"`
 	Resolved    int64   `json:"resolved"`
+	Pending     int64   `json:"pending"`
 	AckRate     float64 `json:"ack_rate"`
 	NackRate    float64 `json:"nack_rate"`
 	TimeoutRate float64 `json:"timeout_rate"`
@@ -52,7 +55,54 @@ type agentsView struct {
 }
 
 type alertsView struct {
-	Alerts []map[string]any `json:"alerts"`
+	Alerts []json.RawMessage `json:"alerts"`
+}
+
+// alertView is what stats prints of an alert; value and threshold are
+// fractions of one.
+type alertView struct {
+	Agent     string    `json:"agent"`
+	Kind      string    `json:"kind"`
+	Severity  string    `json:"severity"`
+	Value     float64   `json:"value"`
+	Threshold float64   `json:"threshold"`
+	Samples   int64     `json:"samples"`
+	RaisedAt  time.Time `json:"raised_at"`
+}
+
+// resolved is the number of messages with a final outcome, which the
+// rates divide by.
+func (r rateView) resolved() int64 { return max(r.Resolved, r.Acked+r.Nacked+r.TimedOut) }
+
+// idle reports whether r saw no traffic: nothing sent, pending or resolved.
+func (r rateView) idle() bool { return r.Sent == 0 && r.Pending == 0 && r.resolved() == 0 }
+
+// pct formats the fraction f of r's resolved messages as a percentage, or
+// "–" when nothing is resolved, so no rate is made up from zero samples.
+func (r rateView) pct(f float64) string {
+	if r.resolved() == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f%%", f*100)
+}
+
+// errUnreachable marks a monitor that did not answer at all, as opposed
+// to one that answered something other than the ack monitor's API.
+var errUnreachable = errors.New("unreachable")
+
+// monitorBase returns the base URL of --monitor or monitor.url: host:port
+// is taken as http://host:port; anything but an http(s) URL with a host
+// is a usage error.
+func monitorBase(given string) (string, error) {
+	s := strings.TrimSpace(given)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", usageErr(fmt.Errorf("--monitor %q: want host:port or an http(s):// URL of the ack monitor", given))
+	}
+	return strings.TrimRight(s, "/"), nil
 }
 
 func (a *app) statsCmd() *cobra.Command {
@@ -72,10 +122,14 @@ above 10% critical.` + exitCodesHelp,
 			if monitorURL == "" {
 				monitorURL = a.cfg.Monitor.URL
 			}
-			return a.runStats(cmd.Context(), strings.TrimRight(monitorURL, "/"), asJSON)
+			base, err := monitorBase(monitorURL)
+			if err != nil {
+				return err
+			}
+			return a.runStats(cmd.Context(), base, asJSON)
 		},
 	}
-	cmd.Flags().StringVar(&monitorURL, "monitor", "", "ack monitor base URL (default: monitor.url, http://127.0.0.1:8222)")
+	cmd.Flags().StringVar(&monitorURL, "monitor", "", "ack monitor address, host:port or base URL (default: monitor.url, http://127.0.0.1:8222)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the monitor's answers as JSON")
 	return cmd
 }
@@ -87,7 +141,7 @@ func getJSON(ctx context.Context, url string, v any) error {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errUnreachable, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -97,7 +151,10 @@ func getJSON(ctx context.Context, url string, v any) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
-	return json.Unmarshal(body, v)
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s: not an ack monitor's answer: %w", url, err)
+	}
+	return nil
 }
 
 func (a *app) runStats(ctx context.Context, base string, asJSON bool) error {
@@ -105,7 +162,10 @@ func (a *app) runStats(ctx context.Context, base string, asJSON bool) error {
 	defer cancel()
 	var sum summaryView
 	if err := getJSON(ctx, base+"/api/v1/summary", &sum); err != nil {
-		return fmt.Errorf("ack monitor at %s unreachable: %w", base, err)
+		if errors.Is(err, errUnreachable) {
+			return fmt.Errorf("ack monitor at %s %w (is it running? `agentmesh up` starts one; --monitor names another)", base, err)
+		}
+		return fmt.Errorf("ack monitor at %s: %w", base, err)
 	}
 	var agents agentsView
 	if err := getJSON(ctx, base+"/api/v1/agents", &agents); err != nil {
@@ -123,26 +183,49 @@ func (a *app) runStats(ctx context.Context, base string, asJSON bool) error {
 	w := a.stdout
 	fmt.Fprintf(w, "monitor %s (active=%v, lag %.1fs), window %v\n", sum.Monitor, sum.Active, sum.LagSeconds, time.Duration(sum.WindowSeconds*float64(time.Second)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "agent\tpriority\tsent\tacked\tnacked\ttimed out\tack %\ttimeout %\tavg ack ms\t")
+	fmt.Fprintln(tw, "agent\tpriority\tsent\tpending\tacked\tnacked\ttimed out\tack rate\ttimeout rate\tavg ack ms\t")
 	row := func(agent, prio string, r rateView) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", agent, prio, r.Sent, r.Acked, r.Nacked, r.TimedOut, r.AckRate*100, r.TimeoutRate*100, r.AvgAckMS)
+		avg := "–"
+		if r.Acked > 0 {
+			avg = fmt.Sprintf("%.1f", r.AvgAckMS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", agent, prio, r.Sent, r.Pending, r.Acked, r.Nacked, r.TimedOut,
+			r.pct(r.AckRate), r.pct(r.TimeoutRate), avg)
 	}
 	row("(mesh)", "all", sum.Window)
+	idle := 0
 	for _, ag := range agents.Agents {
+		if ag.Window.idle() {
+			idle++
+			continue
+		}
 		row(ag.Agent, "all", ag.Window)
 		for _, p := range ag.Priorities {
-			row(ag.Agent, p.Priority, p.Window)
+			if !p.Window.idle() {
+				row(ag.Agent, p.Priority, p.Window)
+			}
 		}
 	}
 	tw.Flush()
+	if idle > 0 {
+		fmt.Fprintf(w, "(%d agents without traffic in the window not shown)\n", idle)
+	}
 	if len(alerts.Alerts) == 0 {
 		fmt.Fprintln(w, "no active alerts")
 		return nil
 	}
 	fmt.Fprintf(w, "%d active alerts:\n", len(alerts.Alerts))
-	for _, al := range alerts.Alerts {
-		fmt.Fprintf(w, "  %-8v %-12v agent=%v value=%v threshold=%v samples=%v since %v\n",
-			al["severity"], al["kind"], al["agent"], al["value"], al["threshold"], al["samples"], al["raised_at"])
+	for _, raw := range alerts.Alerts {
+		var al alertView
+		if err := json.Unmarshal(raw, &al); err != nil {
+			return fmt.Errorf("ack monitor at %s: alert: %w", base, err)
+		}
+		since := ""
+		if !al.RaisedAt.IsZero() {
+			since = " since " + al.RaisedAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(w, "  %-8s %-12s agent=%s value=%.1f%% threshold=%.1f%% samples=%d%s\n",
+			al.Severity, al.Kind, al.Agent, al.Value*100, al.Threshold*100, al.Samples, since)
 	}
 	return nil
 }

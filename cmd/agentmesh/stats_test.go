@@ -1,0 +1,81 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// statsMonitor serves the monitor API answers stats reads: planner_1 with
+// traffic, executor_1 with messages pending and none resolved, idle_1
+// without traffic in the window.
+func statsMonitor(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/summary":
+			w.Write([]byte(`{"monitor":"m1","active":true,"window_seconds":300,"window":{"sent":104,"pending":4,"acked":93,"timed_out":7,"resolved":100,"ack_rate":0.93,"timeout_rate":0.07}}`))
+		case "/api/v1/agents":
+			w.Write([]byte(`{"agents":[
+				{"agent":"planner_1","window":{"sent":100,"acked":93,"timed_out":7,"resolved":100,"ack_rate":0.93,"timeout_rate":0.07},
+				 "priorities":[{"priority":"high","window":{"sent":100,"acked":93,"timed_out":7,"resolved":100,"ack_rate":0.93,"timeout_rate":0.07}},{"priority":"low","window":{}}]},
+				{"agent":"executor_1","window":{"sent":4,"pending":4},"priorities":[{"priority":"normal","window":{"sent":4,"pending":4}}]},
+				{"agent":"idle_1","window":{},"total":{"sent":9,"acked":9},"priorities":[]}]}`))
+		case "/api/v1/alerts":
+			w.Write([]byte(`{"alerts":[{"agent":"planner_1","kind":"timeout_rate","severity":"warning","value":0.07,"threshold":0.05,"samples":100}]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestStats_Table(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	srv := statsMonitor(t)
+	hostPort := strings.TrimPrefix(srv.URL, "http://")
+	code, out, errOut := cli(t, "stats", "--monitor", hostPort)
+	if code != exitOK {
+		t.Fatalf("--monitor host:port: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"pending", "93.0%", "7.0%", "value=7.0% threshold=5.0%", "1 agents without traffic"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "idle_1") || strings.Contains(out, " low ") {
+		t.Errorf("an agent or priority without traffic is listed:\n%s", out)
+	}
+	var executor string
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(line, "executor_1") && strings.Contains(line, " all ") {
+			executor = line
+		}
+	}
+	if f := strings.Fields(executor); len(f) != 10 || f[3] != "4" || f[7] != "–" || f[8] != "–" || strings.Contains(executor, "0.0") {
+		t.Errorf("executor_1 with nothing resolved: %q; want pending 4 and – for its rates", executor)
+	}
+}
+
+func TestStats_MonitorAddress(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	notMonitor := httptest.NewServer(http.NotFoundHandler())
+	defer notMonitor.Close()
+	for _, tt := range []struct {
+		monitor  string
+		code     int
+		want     string
+		unwanted string
+	}{
+		{"ftp://127.0.0.1:1", exitUsage, "want host:port", "unreachable"},
+		{"127.0.0.1:1", exitFailure, "http://127.0.0.1:1 unreachable", ""},
+		{notMonitor.URL, exitFailure, "404", "unreachable"},
+	} {
+		code, _, errOut := cli(t, "stats", "--monitor", tt.monitor)
+		if code != tt.code || !strings.Contains(errOut, tt.want) || tt.unwanted != "" && strings.Contains(errOut, tt.unwanted) {
+			t.Errorf("--monitor %s: exit %d, stderr %q; want exit %d and %q", tt.monitor, code, errOut, tt.code, tt.want)
+		}
+	}
+}
