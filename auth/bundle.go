@@ -269,6 +269,34 @@ func (b *Bundle) WriteDir(dir string) error {
 	return nil
 }
 
+// KeepSeeds replaces the fresh nkey pair of every user that already has
+// a seed file in dir ("<name>.nk", as [Bundle.WriteDir] writes it) with
+// that file's, and returns the names of the users kept. Regenerating the
+// authorization (new agents, changed topics or rights) then leaves the
+// running users' credentials, and the keys the server knows for them,
+// as they were; only new users get new keys. A missing dir or file is
+// not an error; an unreadable seed file, or one of another user, is.
+func (b *Bundle) KeepSeeds(dir string) ([]string, error) {
+	var kept []string
+	for i := range b.Users {
+		u := &b.Users[i]
+		path := filepath.Join(dir, u.Name+CredentialsExt)
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		c, err := LoadCredentials(path)
+		if err != nil {
+			return nil, err
+		}
+		if c.Name != u.Name {
+			return nil, fmt.Errorf("auth: %s holds the seed of user %q, not %q", path, c.Name, u.Name)
+		}
+		u.Credentials = c
+		kept = append(kept, u.Name)
+	}
+	return kept, nil
+}
+
 // writeFile replaces path with data through a temporary file, so a reader
 // never sees half a file and the mode holds even if path existed.
 func writeFile(path string, data []byte, mode os.FileMode) error {

@@ -189,3 +189,51 @@ func TestGenerate_scheme(t *testing.T) {
 		t.Error("config mentions the default prefix")
 	}
 }
+
+// TestBundle_KeepSeeds: a regenerated bundle keeps the seeds already in
+// the directory, so its server config lists the same keys, and gives new
+// users new ones.
+func TestBundle_KeepSeeds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := auth.Generate([]auth.AgentSpec{{ID: "orch_1"}}, auth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	again, err := auth.Generate([]auth.AgentSpec{{ID: "orch_1"}}, auth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := again.KeepSeeds(dir)
+	if err != nil || len(kept) != 3 {
+		t.Fatalf("kept %v (%v), want orch_1, the monitor and the admin", kept, err)
+	}
+	if again.ServerConfig() != first.ServerConfig() {
+		t.Fatal("the server config changed although every seed was kept")
+	}
+	more, err := auth.Generate([]auth.AgentSpec{{ID: "orch_1"}, {ID: "planner_1"}}, auth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, err = more.KeepSeeds(dir); err != nil || len(kept) != 3 {
+		t.Fatalf("kept %v (%v)", kept, err)
+	}
+	o1, _ := more.User("orch_1")
+	if want, _ := first.User("orch_1"); o1.Credentials.PublicKey != want.Credentials.PublicKey {
+		t.Fatal("orch_1's key changed")
+	}
+	if p, _ := more.User("planner_1"); p.Credentials.PublicKey == "" {
+		t.Fatal("planner_1 has no key")
+	}
+	// A seed file under another user's name is refused.
+	orch, _ := os.ReadFile(filepath.Join(dir, "orch_1.nk"))
+	if err := os.WriteFile(filepath.Join(dir, "planner_1.nk"), orch, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := more.KeepSeeds(dir); err == nil || !strings.Contains(err.Error(), `"orch_1", not "planner_1"`) {
+		t.Fatalf("another user's seed: %v", err)
+	}
+}

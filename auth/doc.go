@@ -11,7 +11,10 @@
 // [Credentials.Options], which sign the server's nonce with the seed and set
 // the private inbox prefix. An administrator runs [Provision] once (and
 // again when agents or topics change), then agents run with
-// agentkit.WithProvisioning(false):
+// agentkit.WithProvisioning(false). To regenerate (new agents, topics or
+// rights) without changing the keys of users the server already knows,
+// call [Bundle.KeepSeeds] before WriteDir; the server applies a changed
+// server-auth.conf when it reloads its configuration:
 //
 //	b, err := auth.Generate([]auth.AgentSpec{{ID: "planner"}, {ID: "executor", Topics: []string{"tasks"}}}, auth.Options{})
 //	err = b.WriteDir("deploy/auth")               // include "server-auth.conf" from nats-server.conf

@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -14,6 +17,28 @@ import (
 	"github.com/agentmesh-io/agentmesh/auth"
 )
 
+// reloadHint says whether the server must reload its configuration for
+// the authorization written to confPath (was before, now after) to apply:
+// the server reads it only at start and on reload, and until then refuses
+// the new keys as an "Authorization Violation" that names no cause.
+func reloadHint(w io.Writer, confPath, before, after string) {
+	abs, err := filepath.Abs(confPath)
+	if err != nil {
+		abs = confPath
+	}
+	switch {
+	case before == after:
+		fmt.Fprintln(w, "server authorization unchanged: nothing to reload")
+	case before == "":
+		fmt.Fprintf(w, "new server authorization: include %s from the server's configuration file, then start the server,\n"+
+			"or reload a running one: nats-server --signal reload (kill -HUP <pid>)\n", abs)
+	default:
+		fmt.Fprintf(w, "server authorization changed: reload the server so it applies %s:\n"+
+			"  nats-server --signal reload   (or kill -HUP <pid>)\n"+
+			"until then the server refuses the changed keys (Authorization Violation)\n", abs)
+	}
+}
+
 func (a *app) authCmd() *cobra.Command {
 	var (
 		out          string
@@ -21,6 +46,7 @@ func (a *app) authCmd() *cobra.Command {
 		registration bool
 		payloads     bool
 		provision    bool
+		rotate       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "auth AGENT...",
@@ -35,6 +61,13 @@ connects (as an administrator: --server and --creds, e.g. the admin.nk of an
 earlier run; it may be in --out, which is rewritten once connected) and creates the message
 stream and every agent's consumers, which the agents then bind to with
 agentkit.WithProvisioning(false).
+
+Seeds already in --out are kept, so running auth again (to add an agent, a
+topic or a right) does not lock out users the server already knows; only new
+users get new keys. --rotate replaces every seed. Whenever server-auth.conf
+changes, the server enforces it only after it reloads its configuration
+(nats-server --signal reload): auth says so. Until then new users, and with
+--rotate everyone, get "Authorization Violation".
 
 Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exitCodesHelp,
 		Args: cobra.MinimumNArgs(1),
@@ -68,11 +101,23 @@ Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exi
 				}
 				defer nc.Close()
 			}
+			kept := 0
+			if !rotate {
+				names, err := b.KeepSeeds(out)
+				if err != nil {
+					return fmt.Errorf("%w (--rotate replaces every seed)", err)
+				}
+				kept = len(names)
+			}
+			confPath := filepath.Join(out, auth.ServerConfigFile)
+			before, _ := os.ReadFile(confPath)
 			if err := b.WriteDir(out); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/server-auth.conf and %d credentials (%d agents, monitor %q, admin %q)\n",
-				out, len(b.Users), len(args), b.Monitor().Name, b.Admin().Name)
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "wrote %s and %d credentials (%d agents, monitor %q, admin %q): %d kept, %d new\n",
+				confPath, len(b.Users), len(args), b.Monitor().Name, b.Admin().Name, kept, len(b.Users)-kept)
+			reloadHint(w, confPath, string(before), b.ServerConfig())
 			if !provision {
 				return nil
 			}
@@ -98,5 +143,6 @@ Topics: --topic AGENT=TOPIC (repeatable) adds TOPIC to AGENT's consumers.` + exi
 	f.BoolVar(&registration, "registration", false, "grant the registry rights agentkit's registration needs (see the auth package doc for what they give away)")
 	f.BoolVar(&payloads, "payloads", false, "grant access to the object store of large envelopes")
 	f.BoolVar(&provision, "provision", false, "also create the stream and the agents' consumers on the server")
+	f.BoolVar(&rotate, "rotate", false, "replace every seed in --out, not only create the missing ones")
 	return cmd
 }

@@ -141,3 +141,46 @@ func TestAuth_ProvisionFollowsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestAuth_KeepsSeeds: running auth again keeps the seeds in --out, so the
+// README's flow (auth --provision with the admin.nk of an earlier run, in
+// the same directory, then send as an agent) works on a server that has
+// not reloaded; --rotate replaces them and says to reload.
+func TestAuth_KeepsSeeds(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("NATS_CREDS", "")
+	dir := t.TempDir()
+	code, out, errOut := cli(t, "auth", "--out", dir, "orch_1", "planner_1")
+	if code != exitOK || !strings.Contains(out, "new server authorization: include") {
+		t.Fatalf("first auth: exit %d: %s %s", code, out, errOut)
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, auth.ServerConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.RunServer(t, func(o *server.Options) {
+		if err := o.ProcessConfigString(string(conf)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	url := srv.ClientURL()
+	code, out, errOut = cli(t, "auth", "--out", dir, "--provision", "-s", url, "--creds", filepath.Join(dir, "admin.nk"), "orch_1", "planner_1")
+	if code != exitOK || !strings.Contains(out, "4 kept, 0 new") || !strings.Contains(out, "unchanged: nothing to reload") {
+		t.Fatalf("auth --provision again: exit %d: %s %s", code, out, errOut)
+	}
+	code, out, errOut = cli(t, "send", "-s", url, "--creds", filepath.Join(dir, "orch_1.nk"), "--from", "orch_1", "--to", "planner_1", "--action", "plan")
+	if code != exitOK {
+		t.Fatalf("send as orch_1 after auth ran again: exit %d: %s %s", code, out, errOut)
+	}
+	// A new agent: the others keep their keys, the server must reload.
+	code, out, errOut = cli(t, "auth", "--out", dir, "orch_1", "planner_1", "exec_1")
+	if code != exitOK || !strings.Contains(out, "4 kept, 1 new") || !strings.Contains(out, "nats-server --signal reload") {
+		t.Fatalf("auth with a new agent: exit %d: %s %s", code, out, errOut)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, "orch_1.nk"))
+	code, out, errOut = cli(t, "auth", "--out", dir, "--rotate", "orch_1", "planner_1", "exec_1")
+	after, _ := os.ReadFile(filepath.Join(dir, "orch_1.nk"))
+	if code != exitOK || !strings.Contains(out, "0 kept, 5 new") || !strings.Contains(out, "nats-server --signal reload") || string(before) == string(after) {
+		t.Fatalf("auth --rotate: exit %d: %s %s", code, out, errOut)
+	}
+}
