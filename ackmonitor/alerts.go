@@ -21,6 +21,15 @@ const (
 	AlertInvalidRate = "invalid_rate"
 )
 
+// MeshAgent is the agent of the mesh-wide alerts: the ack and timeout
+// rates over the messages to every agent ([AlertAckRate],
+// [AlertTimeoutRate]), at the same thresholds but with their own minimum
+// of samples (Thresholds.MeshMinSamples), so a failing workflow whose
+// messages are spread over agents with too few samples each still raises
+// an alert. Agent ids may start with "_", but no agent should be called
+// this.
+const MeshAgent = "_mesh"
+
 // Alert states in [AlertEvent].
 const (
 	AlertRaised   = "raised"
@@ -88,59 +97,82 @@ type check struct {
 }
 
 // checks compares the rates over the window with the thresholds: each
-// receiver's ack and timeout rates, in agent order, then each sender's
-// invalid rate, in sender order. Agents with fewer than MinSamples
-// resolved messages are left out.
-func (m *Monitor) checks(ctx context.Context, since time.Time) ([]check, error) {
+// receiver's ack and timeout rates, in agent order, then the mesh-wide
+// ones (MeshAgent), then each sender's invalid rate, in sender order.
+// Agents with fewer than MinSamples resolved messages (the mesh: fewer
+// than MeshMinSamples) are left out. resolved tells, for an agent and
+// kind, how many messages resolved in the window.
+func (m *Monitor) checks(ctx context.Context, since time.Time) (out []check, resolved func(agent, kind string) int64, err error) {
 	rates, err := m.cfg.Store.Rates(ctx, since)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	senders, err := m.cfg.Store.SenderRates(ctx, since)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	byAgent := map[string]store.Rate{}
+	var mesh store.Rate
 	for _, r := range rates {
 		byAgent[r.Agent] = byAgent[r.Agent].Merge(r)
+		mesh = mesh.Merge(r)
 	}
+	bySender := map[string]int64{}
 	agents := make([]string, 0, len(byAgent))
 	for a := range byAgent {
 		agents = append(agents, a)
 	}
 	sort.Strings(agents)
 	t := m.cfg.Thresholds
-	var out []check
-	for _, agent := range agents {
-		r := byAgent[agent]
-		if r.Resolved() < t.MinSamples {
-			continue
+	rateChecks := func(agent string, r store.Rate, min int64) {
+		if min <= 0 || r.Resolved() < min {
+			return
 		}
 		for _, kind := range []string{AlertAckRate, AlertTimeoutRate} {
 			sev, value, threshold := t.severityOf(kind, r)
 			out = append(out, check{agent, kind, sev, value, threshold, r.Resolved()})
 		}
 	}
+	for _, agent := range agents {
+		rateChecks(agent, byAgent[agent], t.MinSamples)
+	}
+	rateChecks(MeshAgent, mesh, t.MeshMinSamples)
 	for _, r := range senders { // in sender order
+		bySender[r.Sender] = r.Resolved
 		if r.Resolved < t.MinSamples {
 			continue
 		}
 		sev, value, threshold := above(r.InvalidRate(), t.InvalidWarning, t.InvalidCritical)
 		out = append(out, check{r.Sender, AlertInvalidRate, sev, value, threshold, r.Resolved})
 	}
-	return out, nil
+	resolved = func(agent, kind string) int64 {
+		switch {
+		case kind == AlertInvalidRate:
+			return bySender[agent]
+		case agent == MeshAgent:
+			return mesh.Resolved()
+		}
+		return byAgent[agent].Resolved()
+	}
+	return out, resolved, nil
 }
+
+// pct formats a rate for the logs as a percentage with one decimal.
+func pct(v float64) string { return strconv.FormatFloat(v*100, 'f', 1, 64) + "%" }
 
 // evaluate compares the rates over the window with the thresholds
 // (checks). The state machine per agent and kind is the set of active
 // alerts in the store (so it survives restarts and failovers): no alert →
 // raise when a threshold is crossed; an alert → change severity or resolve
 // when the rates say so. Agents with fewer than MinSamples resolved
-// messages in the window keep their state. Afterwards the
+// messages in the window keep their state, so a few messages cannot
+// resolve an alert, except when none is left: an alert whose agent has no
+// resolved message in the window (it went quiet, or stopped) is resolved,
+// as nothing in the window supports it any more. Afterwards the
 // ackmonitor_alert_active gauge shows the active alerts as the evaluation
 // left them (see reportAlerts).
 func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
-	checks, err := m.checks(ctx, now.Add(-m.cfg.Window))
+	checks, resolved, err := m.checks(ctx, now.Add(-m.cfg.Window))
 	if err != nil {
 		return err
 	}
@@ -154,8 +186,21 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 	}
 	// current follows the store's writes, so it is right even when one fails.
 	defer func() { m.reportAlerts(current) }()
+	resolve := func(key [2]string, cur store.Alert, value float64, samples int64, why string) error {
+		cur.ResolvedAt, cur.Value, cur.Samples = now.UTC(), value, samples
+		if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
+			return err
+		}
+		delete(current, key)
+		m.publishAlert(AlertEvent{Alert: cur, State: AlertResolved}, "info")
+		m.cfg.Logger.Info("alert resolved", "agent", cur.Agent, "kind", cur.Kind, "severity", cur.Severity,
+			"value", pct(value), "samples", samples, "why", why)
+		return nil
+	}
+	checked := map[[2]string]bool{}
 	for _, c := range checks {
 		key := [2]string{c.agent, c.kind}
+		checked[key] = true
 		cur, firing := current[key]
 		switch {
 		case !firing && c.sev == "":
@@ -164,13 +209,11 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 			if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
 				return err
 			}
+			current[key] = cur
 		case firing && c.sev == "":
-			cur.ResolvedAt, cur.Value, cur.Samples = now.UTC(), c.value, c.samples
-			if err := m.cfg.Store.SaveAlert(ctx, cur); err != nil {
+			if err := resolve(key, cur, c.value, c.samples, "below the thresholds"); err != nil {
 				return err
 			}
-			delete(current, key)
-			m.publishAlert(AlertEvent{Alert: cur, State: AlertResolved}, "info")
 		default: // a new alert, or a severity change: the old one is resolved, a new one raised
 			prev := ""
 			if firing {
@@ -188,7 +231,21 @@ func (m *Monitor) evaluate(ctx context.Context, now time.Time) error {
 			}
 			current[key] = a
 			m.publishAlert(AlertEvent{Alert: a, State: AlertRaised, Previous: prev}, c.sev)
-			m.cfg.Logger.Warn("alert raised", "agent", c.agent, "kind", c.kind, "severity", c.sev, "value", c.value, "samples", c.samples)
+			m.cfg.Logger.Warn("alert raised", "agent", c.agent, "kind", c.kind, "severity", c.sev, "value", pct(c.value),
+				"threshold", pct(c.threshold), "samples", c.samples)
+		}
+	}
+	quiet := make([][2]string, 0, len(current))
+	for key := range current {
+		if !checked[key] && resolved(key[0], key[1]) == 0 {
+			quiet = append(quiet, key)
+		}
+	}
+	sort.Slice(quiet, func(i, j int) bool { return quiet[i][0]+"/"+quiet[i][1] < quiet[j][0]+"/"+quiet[j][1] })
+	for _, key := range quiet {
+		cur := current[key]
+		if err := resolve(key, cur, cur.Value, 0, "no resolved message in the window"); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -39,6 +39,10 @@ type Thresholds struct {
 	// its rates can raise or resolve an alert, so that one message cannot
 	// page anyone. Default 20.
 	MinSamples int64
+	// MeshMinSamples is the number of resolved messages to all agents
+	// together the mesh-wide alerts (agent [MeshAgent]) need in the window.
+	// Default 10; negative turns the mesh-wide alerts off.
+	MeshMinSamples int64
 }
 
 // Config configures a [Monitor]. Zero values take the documented defaults.
@@ -180,6 +184,9 @@ func (c *Config) setDefaults() {
 	}
 	if t.MinSamples == 0 {
 		t.MinSamples = 20
+	}
+	if t.MeshMinSamples == 0 {
+		t.MeshMinSamples = 10
 	}
 	if c.DefaultDirector == "" {
 		c.DefaultDirector = "director"

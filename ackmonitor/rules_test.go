@@ -47,6 +47,12 @@ func TestPrometheusRules(t *testing.T) {
 		"AgentTimeoutRateWarning": cfg.Thresholds.TimeoutWarning, "AgentTimeoutRateCritical": cfg.Thresholds.TimeoutCritical,
 		"SenderInvalidRateWarning": cfg.Thresholds.InvalidWarning, "SenderInvalidRateCritical": cfg.Thresholds.InvalidCritical,
 	}
+	// The mesh-wide rules: the same thresholds, the mesh's own samples.
+	wantMesh := map[string]float64{
+		"MeshAckRateWarning": cfg.Thresholds.AckWarning, "MeshAckRateCritical": cfg.Thresholds.AckCritical,
+		"MeshTimeoutRateWarning": cfg.Thresholds.TimeoutWarning, "MeshTimeoutRateCritical": cfg.Thresholds.TimeoutCritical,
+	}
+	meshSamples := ">= " + strconv.FormatInt(cfg.Thresholds.MeshMinSamples, 10)
 	seen := map[string]bool{}
 	if len(file.Groups) == 0 {
 		t.Fatal("no rule groups")
@@ -82,6 +88,13 @@ func TestPrometheusRules(t *testing.T) {
 			if r.Annotations["summary"] == "" {
 				t.Errorf("%s: no summary", r.Alert)
 			}
+			if want, ok := wantMesh[r.Alert]; ok {
+				if !strings.Contains(r.Expr, strconv.FormatFloat(want, 'f', -1, 64)) || !strings.Contains(r.Expr, meshSamples) ||
+					strings.Contains(r.Expr, " by (") {
+					t.Errorf("%s: expression is not mesh-wide, or does not use threshold %v and the default %s samples:\n%s",
+						r.Alert, want, meshSamples, r.Expr)
+				}
+			}
 			if want, ok := wantThreshold[r.Alert]; ok {
 				if !strings.Contains(r.Expr, strconv.FormatFloat(want, 'f', -1, 64)) ||
 					!strings.Contains(r.Expr, ">= 20") {
@@ -90,9 +103,11 @@ func TestPrometheusRules(t *testing.T) {
 			}
 		}
 	}
-	for name := range wantThreshold {
-		if !seen[name] {
-			t.Errorf("missing rule %s", name)
+	for _, want := range []map[string]float64{wantThreshold, wantMesh} {
+		for name := range want {
+			if !seen[name] {
+				t.Errorf("missing rule %s", name)
+			}
 		}
 	}
 }
