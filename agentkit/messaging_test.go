@@ -71,20 +71,36 @@ func TestRequest_TimeoutThenLateResponse(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	release := make(chan struct{})
+	var timedOut atomic.Value // the message id of the request that timed out
+	timedOut.Store("")
 	m.started("slow", map[string]agentkit.HandlerFunc{"think": func(ctx context.Context, msg *agentkit.Message) error {
 		select {
 		case <-release:
 		case <-ctx.Done(): // the agent stops (a failed test must not hang)
 			return ctx.Err()
 		}
+		if msg.MessageID != timedOut.Load() {
+			return nil // an attempt whose publish outlived its deadline: no reply
+		}
 		return msg.Reply(ctx, "thought", nil)
 	}})
 	orch := m.started("orch", nil)
-	c, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
-	defer cancel()
-	_, err := orch.Request(c, "slow", "think", nil)
-	if !errors.Is(err, agentkit.ErrTimeout) || agentkit.CodeOf(err) != wire.CodeTimeout || !agentkit.IsRetryable(err) {
-		t.Fatalf("Request error = %v, want ErrTimeout", err)
+	// The deadline covers the publish too: on a loaded machine the publish
+	// may outlive it, which is ErrPublishUnconfirmed, not this test's case;
+	// such an attempt is made again.
+	for attempt := 1; ; attempt++ {
+		id := wire.NewMessageID()
+		c, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
+		_, err := orch.Request(c, "slow", "think", nil, agentkit.WithMessageID(id))
+		cancel()
+		if errors.Is(err, agentkit.ErrPublishUnconfirmed) && attempt < 10 {
+			continue
+		}
+		if !errors.Is(err, agentkit.ErrTimeout) || agentkit.CodeOf(err) != wire.CodeTimeout || !agentkit.IsRetryable(err) {
+			t.Fatalf("Request error = %v, want ErrTimeout", err)
+		}
+		timedOut.Store(id)
+		break
 	}
 	close(release)
 	eventually(t, 5*time.Second, "late response counted", func() bool {
@@ -314,11 +330,23 @@ func TestInstances_ShareWorkAndSurviveACrash(t *testing.T) {
 	}
 	<-stuck
 	connA.Close() // instance A crashes: no Stop, no acks
-	eventually(t, 10*time.Second, "all messages handled by B", func() bool {
+	// B works through the backlog, and A's messages once their ack wait
+	// passes: fail only when B stops making progress.
+	last, since := -1, time.Now()
+	for {
 		mu.Lock()
-		defer mu.Unlock()
-		return len(acked) == n
-	})
+		got := len(acked)
+		mu.Unlock()
+		if got == n {
+			break
+		}
+		if got != last {
+			last, since = got, time.Now()
+		} else if time.Since(since) > 10*time.Second {
+			t.Fatalf("B handled %d of %d messages and none for 10s", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for id := range sent {
 		if acked[id] != "B" {
 			t.Fatalf("message %s not handled", id)
