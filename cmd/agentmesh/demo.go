@@ -131,13 +131,15 @@ func (a *app) runDemo(ctx context.Context, dataDir string, serve bool, every tim
 		// for seconds.
 		mcfg := *a.cfg
 		mcfg.Monitor.PinnedTTL = min(mcfg.Monitor.PinnedTTL, demoPinnedTTL)
-		mon, err = startMonitor(ctx, &mcfg, monNC, st, a.cfg.Monitor.HTTPAddr, demo.Director, slog.New(slog.DiscardHandler))
+		mon, err = startMonitor(ctx, &mcfg, monNC, st, a.cfg.Monitor.HTTPAddr, !httpAddrExplicit(a.cfg), demo.Director, slog.New(slog.DiscardHandler))
 		if err != nil {
 			return fmt.Errorf("ack monitor: %w", err)
 		}
 		defer mon.stop()
 	}
 	switch {
+	case mon.fellBack:
+		fmt.Fprintf(out, "ack monitor dashboard %s (monitor.http_addr %s is taken)\n", mon.dashboard, a.cfg.Monitor.HTTPAddr)
 	case mon.dashboard != "":
 		fmt.Fprintf(out, "ack monitor dashboard %s\n", mon.dashboard)
 	case expectEscalation:

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agentmesh-io/agentmesh/config"
 )
 
 // The parts of the ack monitor's /api/v1 answers stats prints
@@ -112,7 +114,8 @@ func (a *app) statsCmd() *cobra.Command {
 		Use:   "stats",
 		Short: "Show ack rates and alerts from the ack monitor's HTTP API",
 		Long: `stats asks a running ack monitor (--monitor, default monitor.url from the
-configuration) for the mesh-wide ack, NACK and timeout rates over its sliding
+configuration, else the dashboard of an agentmesh up running on
+dev.data_dir) for the mesh-wide ack, NACK and timeout rates over its sliding
 window (/api/v1/summary), the per-agent and per-priority rates
 (/api/v1/agents) and the active alerts (/api/v1/alerts). Default thresholds:
 ack rate below 95% warning, below 90% critical; timeout rate above 5% warning,
@@ -120,7 +123,7 @@ above 10% critical.` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if monitorURL == "" {
-				monitorURL = a.cfg.Monitor.URL
+				monitorURL = a.defaultMonitorURL()
 			}
 			base, err := monitorBase(monitorURL)
 			if err != nil {
@@ -129,9 +132,23 @@ above 10% critical.` + exitCodesHelp,
 			return a.runStats(cmd.Context(), base, asJSON)
 		},
 	}
-	cmd.Flags().StringVar(&monitorURL, "monitor", "", "ack monitor address, host:port or base URL (default: monitor.url, http://127.0.0.1:8222)")
+	cmd.Flags().StringVar(&monitorURL, "monitor", "", "ack monitor address, host:port or base URL (default: monitor.url, the one agentmesh up serves, http://127.0.0.1:8222)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the monitor's answers as JSON")
 	return cmd
+}
+
+// defaultMonitorURL is monitor.url when set, else the dashboard of an up
+// running on the dev data directory, else the default monitor.url.
+func (a *app) defaultMonitorURL() string {
+	if a.cfg.Monitor.URL != config.Default().Monitor.URL {
+		return a.cfg.Monitor.URL
+	}
+	if dir, err := devDataDir(a.cfg.Dev.DataDir); err == nil {
+		if u := runningMonitorURL(dir); u != "" {
+			return u
+		}
+	}
+	return a.cfg.Monitor.URL
 }
 
 func getJSON(ctx context.Context, url string, v any) error {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentmesh-io/agentmesh/cmd/internal/monitorsvc"
@@ -21,7 +23,13 @@ func (a *app) upCmd() *cobra.Command {
 directory that survives restarts (--data, else dev.data_dir, else
 <user cache dir>/agentmesh), and the ack monitor with its dashboard (monitor.http_addr; its ledger in
 <data>/ackmonitor unless monitor.data_dir or monitor.postgres_dsn is set). It prints the client URL and runs until SIGINT or SIGTERM, then
-stops the monitor and shuts the server down cleanly.` + exitCodesHelp,
+stops the monitor and shuts the server down cleanly.
+
+A monitor.http_addr set in the configuration or AGENTMESH_MONITOR_HTTP_ADDR
+must be free. The default (127.0.0.1:8222, also nats-server's usual
+monitoring port) falls back to a free port, printed. Either way up writes
+the dashboard's URL to <data>/` + monitorURLFile + `, where agentmesh stats
+finds it.` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if listen == "" {
@@ -65,24 +73,57 @@ func (a *app) runUp(ctx context.Context, dataDir, listen string) error {
 	if err != nil {
 		return fmt.Errorf("ack monitor: %w", err)
 	}
-	mon, err := startMonitor(ctx, a.cfg, nc, st, a.cfg.Monitor.HTTPAddr, a.cfg.Monitor.DefaultDirector,
+	mon, err := startMonitor(ctx, a.cfg, nc, st, a.cfg.Monitor.HTTPAddr, !httpAddrExplicit(a.cfg), a.cfg.Monitor.DefaultDirector,
 		slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return fmt.Errorf("ack monitor: %w", err)
 	}
-	if mon.dashboard != "" {
-		fmt.Fprintf(a.stdout, "ack monitor dashboard: %s\n", mon.dashboard)
-	} else {
-		fmt.Fprintln(a.stdout, "ack monitor: not running")
+	defer mon.stop()
+	fmt.Fprintf(a.stdout, "ack monitor dashboard: %s\n", mon.dashboard)
+	base := strings.TrimSuffix(mon.dashboard, "/")
+	if err := writeMonitorURL(dir, base); err != nil {
+		return fmt.Errorf("ack monitor: %w", err)
+	}
+	defer removeMonitorURL(dir, base)
+	if mon.fellBack {
+		fmt.Fprintf(a.stdout, "  (monitor.http_addr %s is taken; agentmesh stats finds this one through %s, or pass --monitor %s)\n",
+			a.cfg.Monitor.HTTPAddr, filepath.Join(dir, monitorURLFile), base)
 	}
 	fmt.Fprintf(a.stdout, "export NATS_URL=%s\nCtrl-C to stop\n", srv.ClientURL())
 	<-ctx.Done()
 	fmt.Fprintln(a.stdout, "shutting down")
 	mon.stop()
+	removeMonitorURL(dir, base)
 	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := nc.FlushWithContext(dctx); err == nil {
 		nc.Drain()
 	}
 	return nil
+}
+
+// monitorURLFile, in the data directory of up, holds the base URL of the
+// dashboard up serves while it runs, for agentmesh stats.
+const monitorURLFile = "ackmonitor.url"
+
+func writeMonitorURL(dir, base string) error {
+	return os.WriteFile(filepath.Join(dir, monitorURLFile), []byte(base+"\n"), 0o644)
+}
+
+// removeMonitorURL removes the file, unless it no longer names base.
+func removeMonitorURL(dir, base string) {
+	path := filepath.Join(dir, monitorURLFile)
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == base {
+		os.Remove(path)
+	}
+}
+
+// runningMonitorURL returns the dashboard URL a running up wrote into its
+// data directory dir, or "".
+func runningMonitorURL(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, monitorURLFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
