@@ -40,6 +40,8 @@ func TestPrometheusRules(t *testing.T) {
 		t.Fatalf("alerts.yml: %v", err)
 	}
 	exported := exportedMetricNames(t)
+	job := scrapeJob(t)
+	upRules := map[string]string{} // rules on the monitor's scrape health
 	cfg := Config{Store: nil}
 	cfg.setDefaults()
 	wantThreshold := map[string]float64{
@@ -72,7 +74,15 @@ func TestPrometheusRules(t *testing.T) {
 				t.Errorf("%s: expression type %s, want vector", r.Alert, vt)
 			}
 			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-				if vs, ok := n.(*parser.VectorSelector); ok && !exported[vs.Name] {
+				vs, ok := n.(*parser.VectorSelector)
+				switch {
+				case !ok:
+				case vs.Name == "up": // Prometheus' own, of the monitor's scrape job
+					if !strings.Contains(vs.String(), `job="`+job+`"`) {
+						t.Errorf("%s: %s is not of the scrape job %q", r.Alert, vs, job)
+					}
+					upRules[r.Alert] = r.Expr
+				case !exported[vs.Name]:
 					t.Errorf("%s: metric %q is not exported by the monitor", r.Alert, vs.Name)
 				}
 				return nil
@@ -103,6 +113,10 @@ func TestPrometheusRules(t *testing.T) {
 			}
 		}
 	}
+	// Something fires when the monitor is down or not scraped at all.
+	if !strings.Contains(upRules["AckMonitorDown"], "== 0") || !strings.HasPrefix(upRules["AckMonitorAbsent"], "absent(up{") {
+		t.Errorf("no rule for the monitor down (up == 0) or not scraped (absent(up)): %v", upRules)
+	}
 	for _, want := range []map[string]float64{wantThreshold, wantMesh} {
 		for name := range want {
 			if !seen[name] {
@@ -110,6 +124,23 @@ func TestPrometheusRules(t *testing.T) {
 			}
 		}
 	}
+}
+
+// scrapeJob is the job name of the monitor in deploy's prometheus.yml.
+func scrapeJob(t *testing.T) string {
+	data, err := os.ReadFile("../deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		ScrapeConfigs []struct {
+			JobName string `yaml:"job_name"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil || len(cfg.ScrapeConfigs) != 1 {
+		t.Fatalf("prometheus.yml: %v, %d scrape jobs, want 1", err, len(cfg.ScrapeConfigs))
+	}
+	return cfg.ScrapeConfigs[0].JobName
 }
 
 var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
