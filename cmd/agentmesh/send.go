@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
@@ -32,7 +33,13 @@ It returns once the stream has stored it and prints the message id; if the
 stream already holds the envelope's message_id (sent within its 2-minute
 duplicate window, e.g. a --file sent again), it stores nothing and exits 1. A
 file's envelope goes to its receiver_id, else its topic, else to every agent
-(printed as "broadcast"); with --file the envelope flags are errors.`
+(printed as "broadcast"); with --file the envelope flags are errors.
+
+The message is a notification unless --type request: send does not wait for
+a response, and one asked for would be left on the sender's consumers. The
+receiver still answers a notification it fails on with an error envelope.
+A message to an agent the mesh does not know (no consumer, no registry
+entry) is stored anyway, to wait for that agent; send warns on stderr.`
 	if request {
 		use, short = "request", "Send a request and print the response as JSON"
 		long = `request sends a request like send, then waits for the response (matched by
@@ -41,7 +48,9 @@ in_reply_to) and prints it as JSON. The CLI is an agent itself (--from, default
 response is stored and acknowledged like any other message. An error or NACK
 reply is printed and exits 1. A message_id the stream already holds (sent
 within its duplicate window) is not stored again: the response to the earlier
-copy is awaited, which comes only if it has not been received before.`
+copy is awaited, which comes only if it has not been received before. A request
+to an agent the mesh does not know (no consumer, no registry entry) is sent,
+with a warning on stderr, and usually times out.`
 	}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -71,7 +80,10 @@ Examples:
 	if request {
 		fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the response")
 	} else {
-		fl.StringVar(&f.typ, "type", "request", "message type: request or notification")
+		// A notification by default: send does not wait, so a response
+		// to a request would sit on the sender's consumer until some later
+		// process with that id (agentmesh request) consumed and dropped it.
+		fl.StringVar(&f.typ, "type", "notification", "message type: notification (no response wanted) or request")
 	}
 	return cmd
 }
@@ -180,6 +192,13 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		return err
 	}
 	defer nc.Close()
+	if !isolated(nc) {
+		// Probed under its own watch: credentials that may not look are
+		// no reason to fail the send.
+		pctx, pstop := watchDenials(ctx, nc)
+		a.warnUnknownReceiver(pctx, nc, env)
+		pstop()
+	}
 	ctx, stop := watchDenials(ctx, nc)
 	defer stop()
 	if isolated(nc) {
@@ -234,6 +253,42 @@ func (a *app) runSend(ctx context.Context, cmd *cobra.Command, f sendFlags, requ
 		}
 	}
 	return rerr
+}
+
+// warnUnknownReceiver warns on stderr when env goes to one agent that has
+// neither a consumer at env's priority nor a registry entry: the stream
+// stores the message anyway, for an agent that may never start (a typo).
+// What it cannot tell (an error, a denial) it does not warn about.
+func (a *app) warnUnknownReceiver(ctx context.Context, nc *nats.Conn, env *wire.Envelope) {
+	if env.ReceiverID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	scheme := a.scheme()
+	name, err := scheme.Consumer(env.ReceiverID, string(env.Priority))
+	if err != nil {
+		return
+	}
+	if _, err := js.Consumer(ctx, scheme.Stream(), name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return // it exists, the stream does not (send says so), or unknown
+	}
+	kv, err := js.KeyValue(ctx, scheme.RegistryBucket())
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err != nil:
+		return
+	default:
+		if in, err := registry.Instances(ctx, kv, env.ReceiverID); err != nil || len(in) > 0 {
+			return
+		}
+	}
+	fmt.Fprintf(a.stderr, "agentmesh: warning: no agent %q on this mesh (no consumer %s, no registry entry): "+
+		"the message waits in stream %s until an agent with that id starts\n", env.ReceiverID, name, scheme.Stream())
 }
 
 // isolated reports whether nc authenticated with credentials auth
