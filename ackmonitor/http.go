@@ -98,16 +98,20 @@ func (m *Monitor) Senders(ctx context.Context) ([]SenderView, error) {
 
 // Summary is the mesh-wide view (GET /api/v1/summary).
 type Summary struct {
-	Monitor         string    `json:"monitor"`
-	Active          bool      `json:"active"`
-	WindowSeconds   float64   `json:"window_seconds"`
-	GeneratedAt     time.Time `json:"generated_at"`
-	Window          RateView  `json:"window"` // over the sliding window
-	Total           RateView  `json:"total"`  // everything in the ledger
-	ActiveAlerts    int       `json:"active_alerts"`
-	Unavailable     int       `json:"unavailable_agents"`
-	EventsProcessed uint64    `json:"events_processed"`
-	LagSeconds      float64   `json:"lag_seconds"`
+	Monitor       string    `json:"monitor"`
+	Active        bool      `json:"active"`
+	WindowSeconds float64   `json:"window_seconds"`
+	GeneratedAt   time.Time `json:"generated_at"`
+	Window        RateView  `json:"window"` // over the sliding window
+	Total         RateView  `json:"total"`  // everything in the ledger
+	ActiveAlerts  int       `json:"active_alerts"`
+	Unavailable   int       `json:"unavailable_agents"`
+	// UnknownReceivers is the number of receivers without a consumer
+	// this instance saw direct messages sent to (GET
+	// /api/v1/unknown_receivers lists them).
+	UnknownReceivers int     `json:"unknown_receivers"`
+	EventsProcessed  uint64  `json:"events_processed"`
+	LagSeconds       float64 `json:"lag_seconds"`
 }
 
 // PriorityView is one agent's figures at one priority.
@@ -214,7 +218,7 @@ func (m *Monitor) Summary(ctx context.Context) (Summary, error) {
 	var win, total store.Rate
 	s := Summary{Monitor: m.cfg.MonitorID, Active: m.Active(), WindowSeconds: m.cfg.Window.Seconds(),
 		GeneratedAt: time.Now().UTC(), ActiveAlerts: len(alerts), EventsProcessed: m.intake.processed(),
-		LagSeconds: m.intake.lag().Seconds()}
+		LagSeconds: m.intake.lag().Seconds(), UnknownReceivers: len(m.unknown.list())}
 	for _, a := range agents {
 		win, total = win.Merge(a.Window.Rate), total.Merge(a.Total.Rate)
 		if !a.UnavailableSince.IsZero() {
@@ -270,6 +274,9 @@ func (m *Monitor) Handler() http.Handler {
 	api("senders", func(r *http.Request) (any, error) {
 		s, err := m.Senders(r.Context())
 		return map[string]any{"window_seconds": m.cfg.Window.Seconds(), "senders": s}, err
+	})
+	api("unknown_receivers", func(*http.Request) (any, error) {
+		return map[string]any{"unknown_receivers": m.unknown.list()}, nil
 	})
 	api("alerts", func(r *http.Request) (any, error) {
 		p := params{q: r.URL.Query()}

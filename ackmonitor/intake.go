@@ -30,7 +30,8 @@ type intake struct {
 	metrics   *metrics
 	lease     *lease
 	followUps *followUps
-	direct    *directEvents // events directIntake wrote
+	unknown   *unknownReceivers // checks the new sends' receivers
+	direct    *directEvents     // events directIntake wrote
 
 	eventsHeld atomic.Int64  // events this instance fetched and has not yet acked
 	applied    atomic.Uint64 // stream messages committed to the ledger
@@ -397,6 +398,7 @@ func streamSeq(msg jetstream.Msg) uint64 {
 // loop when a row reached a status it follows up.
 func (in *intake) recorded(applied store.Applied) {
 	in.metrics.observe(applied)
+	in.unknown.offer(applied.NewSends)
 	for _, r := range applied.Resolved {
 		if followedUp(r.Status) {
 			in.followUps.wake()

@@ -14,26 +14,28 @@ import (
 // replays never count twice and instances can be summed.
 type metrics struct {
 	reg         *prometheus.Registry
-	sends       *prometheus.CounterVec   // sender, priority
-	outcomes    *prometheus.CounterVec   // agent, priority, status
-	naks        *prometheus.CounterVec   // agent, priority
-	timeouts    *prometheus.CounterVec   // agent, priority: delivery timeouts
-	nakExhaust  *prometheus.CounterVec   // agent, priority: TIMEOUT outcomes exhausted by NAKs alone
-	escalations *prometheus.CounterVec   // agent, priority
-	deadLetters *prometheus.CounterVec   // agent, priority
-	followUpErr prometheus.Counter       // failed dead-letter or escalation attempts
-	givenUp     *prometheus.CounterVec   // agent, priority: follow-ups given up
-	invalid     *prometheus.CounterVec   // sender, priority: messages terminated as invalid input
-	refused     *prometheus.CounterVec   // consumer: messages the ledger refused, terminated
-	inferred    *prometheus.CounterVec   // agent, priority
-	ackTime     *prometheus.HistogramVec // agent, priority
-	latency     *prometheus.HistogramVec // agent, priority
-	events      *prometheus.CounterVec   // kind
-	batches     prometheus.Counter
-	pending     *prometheus.GaugeVec // consumer
-	lag         prometheus.Gauge
-	active      prometheus.Gauge
-	alerts      *prometheus.GaugeVec // agent, kind, severity; written by Monitor.reportAlerts only
+	sends       *prometheus.CounterVec // sender, priority
+	outcomes    *prometheus.CounterVec // agent, priority, status
+	naks        *prometheus.CounterVec // agent, priority
+	timeouts    *prometheus.CounterVec // agent, priority: delivery timeouts
+	nakExhaust  *prometheus.CounterVec // agent, priority: TIMEOUT outcomes exhausted by NAKs alone
+	escalations *prometheus.CounterVec // agent, priority
+	deadLetters *prometheus.CounterVec // agent, priority
+	followUpErr prometheus.Counter     // failed dead-letter or escalation attempts
+	givenUp     *prometheus.CounterVec // agent, priority: follow-ups given up
+	invalid     *prometheus.CounterVec // sender, priority: messages terminated as invalid input
+	refused     *prometheus.CounterVec // consumer: messages the ledger refused, terminated
+	// receiver, bounded (unknownReceivers.label): messages to unknown agents
+	unknownReceivers *prometheus.CounterVec
+	inferred         *prometheus.CounterVec   // agent, priority
+	ackTime          *prometheus.HistogramVec // agent, priority
+	latency          *prometheus.HistogramVec // agent, priority
+	events           *prometheus.CounterVec   // kind
+	batches          prometheus.Counter
+	pending          *prometheus.GaugeVec // consumer
+	lag              prometheus.Gauge
+	active           prometheus.Gauge
+	alerts           *prometheus.GaugeVec // agent, kind, severity; written by Monitor.reportAlerts only
 	// stalePending has no labels: one series while active, none otherwise;
 	// written by Monitor.reportStalePending only.
 	stalePending *prometheus.GaugeVec
@@ -68,6 +70,9 @@ func newMetrics() *metrics {
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_intake_refused_total",
 		Help: "Messages of the monitor's consumers (events, sends) the ledger kept refusing on their own while it took other writes; terminated and logged."},
 		[]string{"consumer"})
+	m.unknownReceivers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_messages_to_unknown_agents_total",
+		Help: "Direct messages whose receiver had no consumer for their priority a moment after the send (no such agent): they wait in the stream undelivered. By receiver; past 50 receivers the rest count as receiver \"_other\"; GET /api/v1/unknown_receivers lists them."},
+		[]string{"receiver"})
 	m.inferred = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_inferred_acks_total",
 		Help: "ACKs inferred from a consumer's ack floor without an ack metric (sampling below 100 %, or events lost), by receiving agent and priority."}, ap)
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 18) // 0.5ms .. ~65s
@@ -88,7 +93,7 @@ func newMetrics() *metrics {
 		Help: "1 for each active (raised, not resolved) alert, reported by the active instance only."}, []string{"agent", "kind", "severity"})
 	m.stalePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_stale_pending_rows",
 		Help: "Ledger rows without a final status whose send is older than StalePendingAfter (default 2h), reported by the active instance only."}, nil)
-	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.nakExhaust, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.invalid, m.refused, m.inferred, m.ackTime, m.latency,
+	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.nakExhaust, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.invalid, m.refused, m.unknownReceivers, m.inferred, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts, m.stalePending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

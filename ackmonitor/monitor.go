@@ -37,6 +37,7 @@ type Monitor struct {
 	lease     *lease
 	intake    *intake
 	followUps *followUps
+	unknown   *unknownReceivers
 
 	mu      sync.Mutex
 	running bool
@@ -83,8 +84,9 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 		lease: newLease(cfg.PinnedTTL, cfg.StatusInterval)}
 	m.followUps = &followUps{cfg: &m.cfg, nc: nc, js: js, dlq: copier, sender: sender, metrics: m.metrics, lease: m.lease,
 		kick: make(chan struct{}, 1)}
+	m.unknown = newUnknownReceivers(&m.cfg, js, m.metrics)
 	m.intake = &intake{cfg: &m.cfg, nc: nc, metrics: m.metrics, lease: m.lease, followUps: m.followUps,
-		direct: newDirectEvents(directRemembered)}
+		unknown: m.unknown, direct: newDirectEvents(directRemembered)}
 	return m, nil
 }
 
@@ -129,6 +131,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	wg.Go(func() { m.followUps.run(ctx, m.mesh) })
 	wg.Go(func() { m.rollupLoop(ctx) })
 	wg.Go(func() { m.reconcileLoop(ctx) })
+	wg.Go(func() { m.unknown.run(ctx) })
 	close(m.ready)
 	m.cfg.Logger.Info("ack monitor running", "id", m.cfg.MonitorID, "stream", m.cfg.Scheme.Stream())
 	<-ctx.Done()
