@@ -19,7 +19,13 @@ func (a *app) traceCmd() *cobra.Command {
 messages whose Mesh-Correlation-Id is the given id, fetches their bodies and
 prints them as a tree: each reply under the message it answers (in_reply_to),
 with sender → receiver, message type, action, priority, task, status or error,
-the time offset from the first message and the stream sequence.` + exitCodesHelp,
+the time offset from the first message and the stream sequence; a replayed
+dead letter is marked "replay of dead letter N". Each direct message ends with
+its outcome, from its receiver's consumer and the dead letters: acked, pending
+(not delivered yet), delivered, not settled (being handled or retried),
+dead-lettered (exhausted or terminated: the ack monitor's dead letter), or no
+consumer. Without a dead-letter stream (no ack monitor ran) an acked and an
+exhausted message both show as settled.` + exitCodesHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErr(fmt.Errorf("trace takes one correlation id, got %d arguments", len(args)))
@@ -39,6 +45,9 @@ the time offset from the first message and the stream sequence.` + exitCodesHelp
 			entries, err := trace.Read(ctx, js, a.scheme(), args[0])
 			if err != nil {
 				return denied(ctx, err, fmt.Sprintf("trace reads all of stream %s, which an agent's own credentials may not; use the monitor's or the admin's", a.scheme().Stream()))
+			}
+			if err := trace.AddOutcomes(ctx, js, a.scheme(), entries); err != nil {
+				return denied(ctx, err, "")
 			}
 			roots := trace.Build(entries)
 			if asJSON {

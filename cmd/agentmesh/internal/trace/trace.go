@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -45,7 +47,38 @@ type Entry struct {
 	InReplyTo string `json:"in_reply_to,omitempty"`
 	Type      string `json:"message_type"`
 	Action    string `json:"action,omitempty"`
+
+	// ReplayOf is the dead letter (its sequence in the dead-letter
+	// stream) this message is a replay of, 0 for an original.
+	ReplayOf uint64 `json:"replay_of,omitempty"`
+	// Outcome is what became of the message as far as its receiver's
+	// consumer and the dead letters tell (see [AddOutcomes]); empty when
+	// unknown (not looked up, or not a direct message).
+	Outcome string `json:"outcome,omitempty"`
 }
+
+// The outcomes [AddOutcomes] finds.
+const (
+	// OutcomeAcked: the consumer's ack floor is past it and no dead
+	// letter holds it.
+	OutcomeAcked = "acked"
+	// OutcomeSettled: the ack floor is past it, but without a
+	// dead-letter stream (no ack monitor has run) an exhausted or
+	// terminated message cannot be told from an acked one.
+	OutcomeSettled = "settled (acked, or exhausted: no dead-letter stream to tell)"
+	// OutcomePending: the consumer has not delivered it yet.
+	OutcomePending = "pending"
+	// OutcomeDelivered: delivered, and the ack floor has not passed it:
+	// being handled or awaiting redelivery (or acked out of order).
+	OutcomeDelivered = "delivered, not settled"
+	// OutcomeNoConsumer: the receiver has no consumer at its priority:
+	// no agent with that id has started.
+	OutcomeNoConsumer = "no consumer: nobody receives it"
+	// OutcomeDeadLettered starts the outcome of a message the ack monitor
+	// copied to the dead-letter stream: it exhausted its deliveries or
+	// was terminated.
+	OutcomeDeadLettered = "dead-lettered"
+)
 
 // Node is an entry with the replies to it.
 type Node struct {
@@ -81,10 +114,95 @@ func Read(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, c
 		if err != nil {
 			return nil, fmt.Errorf("trace: get %s/%d: %w", stream, m.Seq, err)
 		}
-		entries = append(entries, NewEntry(raw.Sequence, raw.Time, raw.Subject, raw.Header.Get(wire.HeaderMsgID),
-			raw.Header.Get(wire.HeaderInReplyTo), raw.Header.Get(wire.HeaderType), raw.Header.Get(wire.HeaderAction), raw.Data))
+		e := NewEntry(raw.Sequence, raw.Time, raw.Subject, raw.Header.Get(wire.HeaderMsgID),
+			raw.Header.Get(wire.HeaderInReplyTo), raw.Header.Get(wire.HeaderType), raw.Header.Get(wire.HeaderAction), raw.Data)
+		e.ReplayOf, _ = strconv.ParseUint(raw.Header.Get(dlq.HeaderReplayOf), 10, 64)
+		entries = append(entries, e)
 	}
 	return entries, nil
+}
+
+// AddOutcomes sets the Outcome of every direct message among entries
+// from its receiver's consumer at its priority (delivered sequence and
+// ack floor) and, for those the ack floor has passed, the dead letters
+// (Mesh-Dlq-Stream-Seq, else the original message id). The ack floor
+// passes an acked message and an exhausted or terminated one alike, so
+// only a dead letter tells them apart. Messages to topics and broadcasts,
+// read by many consumers, keep no outcome.
+func AddOutcomes(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, entries []Entry) error {
+	infos := map[string]*jetstream.ConsumerInfo{}
+	floorPassed := make([]bool, len(entries))
+	anyPassed := false
+	for i := range entries {
+		e := &entries[i]
+		sub, err := scheme.Parse(e.Subject)
+		if err != nil || sub.Kind != subjects.KindDirect {
+			continue
+		}
+		name, err := scheme.Consumer(sub.Receiver, sub.Priority)
+		if err != nil {
+			continue
+		}
+		ci, seen := infos[name]
+		if !seen {
+			cons, err := js.Consumer(ctx, scheme.Stream(), name)
+			switch {
+			case errors.Is(err, jetstream.ErrConsumerNotFound):
+			case err != nil:
+				return fmt.Errorf("trace: consumer %s: %w", name, err)
+			default:
+				ci = cons.CachedInfo()
+			}
+			infos[name] = ci
+		}
+		switch {
+		case ci == nil:
+			e.Outcome = OutcomeNoConsumer
+		case e.Seq <= ci.AckFloor.Stream:
+			floorPassed[i], anyPassed = true, true
+		case e.Seq > ci.Delivered.Stream:
+			e.Outcome = OutcomePending
+		default:
+			e.Outcome = OutcomeDelivered
+		}
+	}
+	if !anyPassed {
+		return nil
+	}
+	letters, err := dlq.Read(ctx, js, scheme, 0)
+	noDLQ := errors.Is(err, dlq.ErrNoStream)
+	if err != nil && !noDLQ {
+		return fmt.Errorf("trace: %w", err)
+	}
+	bySeq, byID := map[uint64]dlq.Letter{}, map[string]dlq.Letter{}
+	for _, l := range letters {
+		if n, err := strconv.ParseUint(l.Header.Get(dlq.HeaderStreamSeq), 10, 64); err == nil {
+			bySeq[n] = l
+		} else {
+			byID[l.MessageID()] = l
+		}
+	}
+	for i := range entries {
+		if !floorPassed[i] {
+			continue
+		}
+		e := &entries[i]
+		l, ok := bySeq[e.Seq]
+		if !ok && e.ReplayOf == 0 {
+			// A replay carries its original's message id: only the
+			// original can match a letter without the stream sequence.
+			l, ok = byID[e.MessageID]
+		}
+		switch {
+		case ok:
+			e.Outcome = fmt.Sprintf("%s: %s (dead letter %d)", OutcomeDeadLettered, cmp.Or(l.Reason(), l.Status(), "?"), l.Seq)
+		case noDLQ:
+			e.Outcome = OutcomeSettled
+		default:
+			e.Outcome = OutcomeAcked
+		}
+	}
+	return nil
 }
 
 // NewEntry builds an entry from a stored message's parts; the body's
@@ -187,7 +305,9 @@ func Render(w io.Writer, roots []*Node, scheme subjects.Scheme, start time.Time)
 }
 
 // Line describes one entry: offset, route, type, action, priority,
-// status or error, and the subject when it is not a mesh message.
+// status or error, and the subject when it is not a mesh message; then
+// the stream sequence, the dead letter it replays and its outcome, when
+// known.
 func Line(e Entry, scheme subjects.Scheme, start time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-8s ", offset(e.Time.Sub(start)))
@@ -225,6 +345,12 @@ func Line(e Entry, scheme subjects.Scheme, start time.Time) string {
 		fmt.Fprintf(&b, " (body: %s)", e.Err)
 	}
 	fmt.Fprintf(&b, "  #%d", e.Seq)
+	if e.ReplayOf != 0 {
+		fmt.Fprintf(&b, "  replay of dead letter %d", e.ReplayOf)
+	}
+	if e.Outcome != "" {
+		fmt.Fprintf(&b, "  → %s", e.Outcome)
+	}
 	return b.String()
 }
 
