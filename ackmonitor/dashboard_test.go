@@ -97,6 +97,9 @@ func TestDashboard_InBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := client.Send(ctx, "ghost", "plan", nil, agentkit.WithPriority(wire.PriorityLow)); err != nil { // no such agent
+		t.Fatal(err)
+	}
 	eventually(t, 20*time.Second, "traffic in the ledger", func() bool {
 		w, p := rateOf(t, st, "worker", "normal"), rateOf(t, st, "planner", "high")
 		return w.Sent == 13 && w.Resolved() == 13 && p.Sent == 5 && p.Acked == 5
@@ -210,6 +213,7 @@ func TestDashboard_InBrowser(t *testing.T) {
 		// mesh-wide ack rate (15 of 19) is critical.
 		chromedp.WaitVisible(`#alerts li[data-agent="_mesh"][data-kind="ack_rate"][data-severity="critical"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#escalations li[data-escalation]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#unknown li[data-receiver="ghost"]`, chromedp.ByQuery),
 	); err != nil {
 		t.Fatalf("load dashboard: %v", err)
 	}
@@ -256,7 +260,17 @@ func TestDashboard_InBrowser(t *testing.T) {
 	if got := num(`#summary [data-field="resolved"]`); got != float64(summary.Window.Resolved) {
 		t.Errorf("summary resolved: page %v, API %v", got, summary.Window.Resolved)
 	}
+	// The headline cards take the alert thresholds' colours: the window's
+	// ack rate (15 of 19) is critical, nothing timed out.
+	for card, want := range map[string]string{"ack_rate": "bad", "timeout_rate": "good", "unknown_receivers": "warn"} {
+		if got := attr(`#summary [data-card="`+card+`"]`, "data-state"); got != want {
+			t.Errorf("card %s coloured %q, want %q", card, got, want)
+		}
+	}
 	var text string
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`document.querySelector("#chart-y-unit").textContent`, &text)); err != nil || text != "messages per 30 s" {
+		t.Errorf("chart axis unit %q (%v), want messages per 30 s", text, err)
+	}
 	if err := chromedp.Run(bctx, chromedp.Text(worker+` td[data-field="ack_rate"]`, &text, chromedp.ByQuery)); err != nil {
 		t.Fatal(err)
 	}

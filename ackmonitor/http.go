@@ -109,9 +109,19 @@ type Summary struct {
 	// UnknownReceivers is the number of receivers without a consumer
 	// this instance saw direct messages sent to (GET
 	// /api/v1/unknown_receivers lists them).
-	UnknownReceivers int     `json:"unknown_receivers"`
-	EventsProcessed  uint64  `json:"events_processed"`
-	LagSeconds       float64 `json:"lag_seconds"`
+	UnknownReceivers int `json:"unknown_receivers"`
+	// Thresholds are the alert thresholds, for the dashboard's colours.
+	Thresholds      ThresholdsView `json:"thresholds"`
+	EventsProcessed uint64         `json:"events_processed"`
+	LagSeconds      float64        `json:"lag_seconds"`
+}
+
+// ThresholdsView is the ack and timeout rate thresholds of the alerts.
+type ThresholdsView struct {
+	AckWarning      float64 `json:"ack_warning"`
+	AckCritical     float64 `json:"ack_critical"`
+	TimeoutWarning  float64 `json:"timeout_warning"`
+	TimeoutCritical float64 `json:"timeout_critical"`
 }
 
 // PriorityView is one agent's figures at one priority.
@@ -218,7 +228,9 @@ func (m *Monitor) Summary(ctx context.Context) (Summary, error) {
 	var win, total store.Rate
 	s := Summary{Monitor: m.cfg.MonitorID, Active: m.Active(), WindowSeconds: m.cfg.Window.Seconds(),
 		GeneratedAt: time.Now().UTC(), ActiveAlerts: len(alerts), EventsProcessed: m.intake.processed(),
-		LagSeconds: m.intake.lag().Seconds(), UnknownReceivers: len(m.unknown.list())}
+		LagSeconds: m.intake.lag().Seconds(), UnknownReceivers: len(m.unknown.list()),
+		Thresholds: ThresholdsView{AckWarning: m.cfg.Thresholds.AckWarning, AckCritical: m.cfg.Thresholds.AckCritical,
+			TimeoutWarning: m.cfg.Thresholds.TimeoutWarning, TimeoutCritical: m.cfg.Thresholds.TimeoutCritical}}
 	for _, a := range agents {
 		win, total = win.Merge(a.Window.Rate), total.Merge(a.Total.Rate)
 		if !a.UnavailableSince.IsZero() {

@@ -23,8 +23,16 @@
     const text = blank ? "–" : fmt[field] ? fmt[field](value) : String(value);
     return `<td data-field="${field}" data-value="${esc(value)}"${cls ? ` class="${cls}"` : ""}>${esc(text)}</td>`;
   }
-  function ackClass(r) { return r.resolved === 0 ? "" : r.ack_rate < 0.9 ? "bad" : r.ack_rate < 0.95 ? "warn" : "good"; }
-  function toClass(r) { return r.resolved === 0 ? "" : r.timeout_rate > 0.1 ? "bad" : r.timeout_rate > 0.05 ? "warn" : "good"; }
+  // The alert thresholds (the summary's), the defaults until it arrives.
+  let th = { ack_warning: 0.95, ack_critical: 0.9, timeout_warning: 0.05, timeout_critical: 0.1 };
+  function ackClass(r) { return r.resolved === 0 ? "" : r.ack_rate < th.ack_critical ? "bad" : r.ack_rate < th.ack_warning ? "warn" : "good"; }
+  function toClass(r) { return r.resolved === 0 ? "" : r.timeout_rate > th.timeout_critical ? "bad" : r.timeout_rate > th.timeout_warning ? "warn" : "good"; }
+  function setCard(name, cls) {
+    const el = $(`#summary [data-card="${name}"]`);
+    el.classList.remove("bad", "warn", "good");
+    if (cls) el.classList.add(cls);
+    el.dataset.state = cls || "none";
+  }
 
   async function get(path) {
     const res = await fetch(path, { cache: "no-store" });
@@ -40,6 +48,11 @@
       const v = f in w ? w[f] : s[f];
       if (v !== undefined) setField(el, f, v);
     }
+    if (s.thresholds) th = s.thresholds;
+    setCard("ack_rate", ackClass(w));
+    setCard("timeout_rate", toClass(w));
+    setCard("active_alerts", s.active_alerts > 0 ? "bad" : "good");
+    setCard("unknown_receivers", s.unknown_receivers > 0 ? "warn" : "good");
     const role = $("#role");
     role.textContent = s.monitor + (s.active ? " (active)" : " (standby)");
     role.className = s.active ? "active" : "standby";
@@ -75,6 +88,13 @@
     $("#alerts").innerHTML = items.length ? items.join("") : `<li class="empty">none</li>`;
   }
 
+  function renderUnknown(data) {
+    const items = data.unknown_receivers.map((u) =>
+      `<li data-receiver="${esc(u.receiver)}" data-value="${u.messages}"><b>${esc(u.receiver)}</b> · ${u.messages} messages, ` +
+      `the latest from <b>${esc(u.last_sender)}</b> (${esc(u.last_priority)}) <span class="mute">${ago(u.last_sent_at)} · ${esc(u.last_message_id)}</span></li>`);
+    $("#unknown").innerHTML = items.length ? items.join("") : `<li class="empty">none</li>`;
+  }
+
   function renderEscalations(data) {
     const items = data.escalations.map((r) =>
       `<li data-escalation="${esc(r.escalation_id)}"><b>${esc(r.sender_agent)}</b> → <b>${esc(r.receiver_agent)}</b> ` +
@@ -107,6 +127,8 @@
     const bw = (W - 2 * P) / pts.length;
     let out = `<line x1="${P}" y1="${H - P}" x2="${W - P}" y2="${H - P}" stroke="#2a3440"/>` +
       `<text x="${P - 4}" y="${P}" fill="#8a99a8" font-size="10" text-anchor="end">${maxY}</text>` +
+      `<text id="chart-y-unit" x="${P}" y="${P - 12}" fill="#8a99a8" font-size="10">messages per ${data.step_seconds} s</text>` +
+      `<text id="chart-y2-unit" x="${W - P}" y="${P - 12}" fill="#58a6ff" font-size="10" text-anchor="end">avg ack time (ms)</text>` +
       `<text x="${P - 4}" y="${H - P}" fill="#8a99a8" font-size="10" text-anchor="end">0</text>` +
       `<text x="${W - P + 4}" y="${P}" fill="#58a6ff" font-size="10">${ms(maxT)}</text>` +
       `<text x="${P}" y="${H - P + 14}" fill="#8a99a8" font-size="10">${new Date(end - (n - 1) * step).toLocaleTimeString()}</text>` +
@@ -129,9 +151,10 @@
 
   async function tick() {
     try {
-      const [s, a, al, e, d, ts] = await Promise.all([get("/api/v1/summary"), get("/api/v1/agents"), get("/api/v1/alerts"),
-        get("/api/v1/escalations?limit=20"), get("/api/v1/dlq?limit=20"), get("/api/v1/timeseries?range=30m&step=30s")]);
-      renderSummary(s); renderAgents(a); renderAlerts(al); renderEscalations(e); renderDLQ(d); renderChart(ts);
+      const [s, a, al, e, d, ts, u] = await Promise.all([get("/api/v1/summary"), get("/api/v1/agents"), get("/api/v1/alerts"),
+        get("/api/v1/escalations?limit=20"), get("/api/v1/dlq?limit=20"), get("/api/v1/timeseries?range=30m&step=30s"),
+        get("/api/v1/unknown_receivers")]);
+      renderSummary(s); renderAgents(a); renderAlerts(al); renderUnknown(u); renderEscalations(e); renderDLQ(d); renderChart(ts);
       document.body.dataset.ready = "1";
     } catch (err) {
       $("#updated").textContent = "error: " + err.message;
