@@ -58,7 +58,11 @@
 // an ACK (ack metric), a TERM (status NACK, with the reason agentkit puts
 // in the TERM: "NOT_FOUND: customer not found") or MAX_DELIVERIES (status
 // TIMEOUT, also when the last attempt was NAKed: the message was never
-// handled) arrives. A NAK is not final: the broker redelivers. retry_count
+// handled) arrives. A TIMEOUT row whose every delivery was NAKed (no
+// timed-out attempt) is marked nak_exhausted: it is dead-lettered and
+// escalated as a TIMEOUT, and counts in timed_out, but not in the timeout
+// rate (nak_exhausted beside it, ackmonitor_nak_exhausted_total), since
+// nothing timed out. A NAK is not final: the broker redelivers. retry_count
 // is deliveries − 1; timeouts, the attempts that expired without an ack or
 // NAK, are deliveries − 1 − NAKs (deliveries − NAKs for an exhausted
 // message, whose last attempt counts too): the server's delivery count
@@ -79,7 +83,8 @@
 //
 // Rates over the sliding window (default 5 minutes) count the messages
 // that reached a final status in the window: ack rate = ACK / (ACK + NACK
-// + TIMEOUT), and so on, not by messages sent: messages
+// + TIMEOUT), timeout rate = (TIMEOUT − nak_exhausted) / (ACK + NACK +
+// TIMEOUT), and so on, not by messages sent: messages
 // still in flight are neither acked nor failed yet, so counting them would
 // report every burst as a drop in the ack rate. Messages sent in the
 // window and those still pending are reported beside the rates.
@@ -91,7 +96,9 @@
 //     ack — how long the receiver took once it had the message;
 //   - latency (sent_at → acknowledged_at): from the stream's timestamp to
 //     the ack, including queueing, NAK delays and redeliveries — what the
-//     sender experienced.
+//     sender experienced. ackmonitor_ack_latency_seconds observes it once
+//     per ACK, when the row first has both (store.Applied.Acked): at the
+//     ACK, or at the send when the ACK reached the ledger first.
 //
 // # Alerts
 //
@@ -100,11 +107,33 @@
 // critical; timeout rate > 5 % warning, > 10 % critical), once the agent
 // has MinSamples resolved messages in the window, and likewise each
 // sender's invalid rate (> 5 % warning, > 10 % critical by default; alert
-// kind invalid_rate, about the sender). Alerts are kept in the store
+// kind invalid_rate, about the sender). The ack and timeout rates over
+// every agent together raise the mesh-wide alerts, agent [MeshAgent]
+// ("_mesh"), at the same thresholds once MeshMinSamples (default 10)
+// messages resolved in the window. Fewer than the minimum keep an alert's
+// state; an alert resolves when its rates fall back within the thresholds,
+// or when its agent has no resolved message left in the window (it went
+// quiet: nothing supports the alert any more). Logs give the rates in
+// percent. Alerts are kept in the store
 // (raised_at, resolved_at), which is also the state machine, and
 // published as [AlertEvent] JSON on mesh.alert.<severity>.<agent>;
 // resolutions go out as severity "info" with state "resolved".
-// deploy/prometheus/alerts.yml states the receivers' rules over /metrics.
+// deploy/prometheus/alerts.yml states the receivers' and the mesh-wide
+// rules over /metrics, and rules for the monitor itself down (up == 0),
+// not scraped (absent(up)) or without an active instance.
+//
+// # Messages to unknown agents
+//
+// A direct message to an agent without a consumer for its priority is
+// stored and never delivered. A moment after each new send the monitor
+// looks the receiver's consumer up (cached for a minute when found, 5 s
+// when not) and counts a missing one in
+// ackmonitor_messages_to_unknown_agents_total{receiver}: 50 receivers get
+// their own label, later ones count as [OtherReceivers], so made-up ids
+// cannot grow the series. /api/v1/unknown_receivers lists the latest 100
+// receivers (messages, last sender, message id and time, since this
+// instance started), the summary counts them and the dashboard shows
+// them.
 //
 // # Dead letters and escalation
 //
@@ -199,7 +228,8 @@
 // # HTTP
 //
 // [Monitor.Handler] serves / (the dashboard, embedded, polling the API
-// every 2 s), /api/v1/summary, /agents, /senders, /alerts, /escalations,
+// every 2 s), /api/v1/summary, /agents, /senders, /alerts,
+// /unknown_receivers, /escalations,
 // /dlq (the ledger's dead-lettered rows), /dlq/letters (the dead letters
 // as stream MESH_DLQ holds them, read with package dlq, newest first),
 // /messages, /timeseries and /hourly, /metrics (Prometheus, on the
