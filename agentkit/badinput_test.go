@@ -175,7 +175,7 @@ func TestBadInput_APIRejectsBeforePublishing(t *testing.T) {
 	}
 	for _, opt := range []agentkit.Option{
 		agentkit.WithConcurrency(0),
-		agentkit.WithPolicy(wire.PriorityHigh, agentkit.DeliveryPolicy{}),
+		agentkit.WithPolicy(wire.PriorityHigh, agentkit.DeliveryPolicy{MaxAckPending: -1}),
 		agentkit.WithPolicy(wire.PriorityHigh, agentkit.DeliveryPolicy{BackOff: []time.Duration{time.Second, time.Second}, MaxDeliver: 1, ProcessingLimit: time.Second, Prefetch: 1, MaxAckPending: 1}),
 		agentkit.WithPolicy("urgent", fastPolicy(time.Second)),
 		agentkit.WithTopics("a.b"),
