@@ -291,6 +291,10 @@ func TestInstances_ShareWorkAndSurviveACrash(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	pol := fastPolicy(200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond)
+	// A's handlers hang until A dies; a processing limit ending them first
+	// (the sends can take that long on a loaded machine) would redeliver
+	// their messages, maybe to A again, until their attempts run out.
+	pol.ProcessingLimit = 10 * time.Minute
 	const n = 200
 	var mu sync.Mutex
 	acked := map[string]string{} // message id → instance that handled it
