@@ -29,7 +29,8 @@ A monitor.http_addr set in the configuration or AGENTMESH_MONITOR_HTTP_ADDR
 must be free. The default (127.0.0.1:8222, also nats-server's usual
 monitoring port) falls back to a free port, printed. Either way up writes
 the dashboard's URL to <data>/` + monitorURLFile + `, where agentmesh stats
-finds it.` + exitCodesHelp,
+finds it. A second up on the same data directory fails, naming the first:
+the directory is locked (<data>/` + dataLockFile + `) while up runs.` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if listen == "" {
@@ -51,6 +52,11 @@ func (a *app) runUp(ctx context.Context, dataDir, listen string) error {
 	if err != nil {
 		return err
 	}
+	release, err := lockDataDir(dir)
+	if err != nil {
+		return err
+	}
+	defer release()
 	srv, err := startEmbedded(dir, listen)
 	if err != nil {
 		return err
