@@ -34,8 +34,10 @@ critical-behind-backlog (--messages low-priority messages stored first, then 10
 critical ones: their latency). Payloads are --payload bytes of JSON.
 
 Absolute figures depend on the machine; compare the ratios of one run. A
-warning on stderr names the runs too short (under a second) for their ratios
-to be stable: run more --messages.` + exitCodesHelp,
+warning on stderr says when --messages is below 10000 and names the runs too
+short (under a second) for their ratios to be stable: run more --messages.
+Progress goes to stderr, redrawn in place on a terminal and as a line every
+few seconds otherwise (--quiet: none).` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -68,6 +70,9 @@ to be stable: run more --messages.` + exitCodesHelp,
 				return err
 			}
 			warnings := bench.Warnings(results)
+			if w := bench.MessagesWarning(cfg.Messages); w != "" {
+				warnings = append([]string{w}, warnings...)
+			}
 			if asJSON {
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")

@@ -237,6 +237,22 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 // more but can swing the ratios of shorter runs several-fold.
 const MinStableSeconds = 1.0
 
+// MinStableMessages is the fewest messages per run whose ratios are worth
+// comparing: in shorter runs the same one-off costs decide the ratio, and
+// runs of a thousand messages have swung from a fifth of raw's rate to
+// several times it between two invocations.
+const MinStableMessages = 10_000
+
+// MessagesWarning returns a warning when runs of messages messages are
+// too short for stable ratios, else "".
+func MessagesWarning(messages int) string {
+	if messages >= MinStableMessages {
+		return ""
+	}
+	return fmt.Sprintf("--messages %d: runs below %d messages give ratios to raw that vary several-fold between invocations; compare runs of at least %d",
+		messages, MinStableMessages, MinStableMessages)
+}
+
 // Warnings returns one warning per scenario whose rates rest on runs
 // shorter than MinStableSeconds, raw's included (every ratio of the
 // scenario divides by it); an empty slice when every run lasted long

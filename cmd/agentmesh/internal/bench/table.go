@@ -32,7 +32,9 @@ func WriteTable(w io.Writer, results []Result) error {
 			sc = ""
 		}
 		last = r.Scenario
-		rate, ratio := "-", "-"
+		// critical-behind-backlog measures latency only, and a ratio needs
+		// a raw run: the cells stay empty rather than show placeholders.
+		rate, ratio := "", ""
 		if r.Scenario != ScenarioBacklog {
 			rate = fmt.Sprintf("%.0f", r.MsgPerSec)
 			if r.RatioToRaw > 0 {
