@@ -1,7 +1,16 @@
-// Package schema embeds acl.schema.json, the ACL v1 envelope of
-// [github.com/agentmesh-io/agentmesh/agentkit/wire.Envelope] written as JSON
-// Schema (draft 2020-12), for agents written in other languages and for
-// tools that validate messages without linking agentkit.
+// Package schema embeds the JSON Schemas (draft 2020-12) of what agentmesh
+// puts on the wire, for agents written in other languages and for tools
+// that validate messages without linking agentkit:
+//
+//   - acl.schema.json: the ACL v1 envelope
+//     ([github.com/agentmesh-io/agentmesh/agentkit/wire.Envelope]);
+//   - protocol.schema.json: the payloads of the standard actions (package
+//     agentkit/protocol), one definition each under $defs.
+//
+// The tests keep each schema and its Go type equal: the same member names
+// at every depth, and the same verdict on tables of edge cases (and, for
+// the envelope and the payloads, on fuzzed or exhaustively varied
+// documents).
 //
 // The schema accepts what wire.Decode accepts: agentkit omits optional
 // fields it has no value for, and a receiver reads an optional member that
@@ -21,3 +30,12 @@ import _ "embed"
 //
 //go:embed acl.schema.json
 var ACL []byte
+
+// Protocol holds the JSON Schemas of the standard payloads, under $defs:
+// validate a task.assign payload against
+// https://agentmesh.io/schema/protocol/v1.json#/$defs/taskAssignment. Do
+// not modify the slice.
+//
+//go:embed protocol.schema.json
+var Protocol []byte
+
