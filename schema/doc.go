@@ -5,7 +5,11 @@
 //   - acl.schema.json: the ACL v1 envelope
 //     ([github.com/agentmesh-io/agentmesh/agentkit/wire.Envelope]);
 //   - protocol.schema.json: the payloads of the standard actions (package
-//     agentkit/protocol), one definition each under $defs.
+//     agentkit/protocol), one definition each under $defs;
+//   - registry.schema.json: an agent instance's registry record
+//     (agentkit/registry.Instance);
+//   - alert.schema.json: the alert the ack monitor publishes
+//     (ackmonitor.AlertEvent).
 //
 // The tests keep each schema and its Go type equal: the same member names
 // at every depth, and the same verdict on tables of edge cases (and, for
@@ -39,3 +43,14 @@ var ACL []byte
 //go:embed protocol.schema.json
 var Protocol []byte
 
+// Registry is the JSON Schema of a registry record. Its $id is
+// https://agentmesh.io/schema/registry/v1.json. Do not modify the slice.
+//
+//go:embed registry.schema.json
+var Registry []byte
+
+// Alert is the JSON Schema of an ack monitor alert. Its $id is
+// https://agentmesh.io/schema/alert/v1.json. Do not modify the slice.
+//
+//go:embed alert.schema.json
+var Alert []byte

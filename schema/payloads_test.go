@@ -66,7 +66,7 @@ func compiler(tb testing.TB) *jsonschema.Compiler {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
-	for id, b := range map[string][]byte{schemaID: schema.ACL, protocolID: schema.Protocol} {
+	for id, b := range map[string][]byte{schemaID: schema.ACL, protocolID: schema.Protocol, registryID: schema.Registry, alertID: schema.Alert} {
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 		if err != nil {
 			tb.Fatalf("%s: %v", id, err)
@@ -284,7 +284,7 @@ func names[S ~string](vs []S) []string {
 // a description; properties inside "if" are conditions.
 func TestPayloads_Descriptions(t *testing.T) {
 	t.Parallel()
-	for name, b := range map[string][]byte{"protocol": schema.Protocol} {
+	for name, b := range map[string][]byte{"protocol": schema.Protocol, "registry": schema.Registry, "alert": schema.Alert} {
 		count := describedProperties(t, name, rawDoc(t, b))
 		if count < 10 {
 			t.Errorf("%s: %d properties, want at least 10", name, count)
