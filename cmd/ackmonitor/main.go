@@ -70,8 +70,12 @@ func exitCode(err error, stderr io.Writer) int {
 	return 1
 }
 
-func run(args []string) error {
-	cfg, err := configure(args)
+func run(args []string) error { return runTo(args, os.Stdout, os.Stderr) }
+
+// runTo is run printing --help and --version to stdout and logging to
+// stderr.
+func runTo(args []string, stdout, stderr io.Writer) error {
+	cfg, err := configureTo(args, stdout)
 	if err != nil {
 		return err
 	}
@@ -79,7 +83,7 @@ func run(args []string) error {
 	if err := level.UnmarshalText([]byte(cfg.Monitor.LogLevel)); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
