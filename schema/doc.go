@@ -14,7 +14,8 @@
 // The tests keep each schema and its Go type equal: the same member names
 // at every depth, and the same verdict on tables of edge cases (and, for
 // the envelope and the payloads, on fuzzed or exhaustively varied
-// documents).
+// documents). TestAjvStrict compiles them in Ajv's strict mode and checks
+// that Ajv gives the same verdicts (ajv/check.mjs; it needs Node.js).
 //
 // The schema accepts what wire.Decode accepts: agentkit omits optional
 // fields it has no value for, and a receiver reads an optional member that
