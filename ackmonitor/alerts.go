@@ -124,8 +124,8 @@ func (m *Monitor) checks(ctx context.Context, since time.Time) (out []check, res
 	}
 	sort.Strings(agents)
 	t := m.cfg.Thresholds
-	rateChecks := func(agent string, r store.Rate, min int64) {
-		if min <= 0 || r.Resolved() < min {
+	rateChecks := func(agent string, r store.Rate, need int64) {
+		if need <= 0 || r.Resolved() < need {
 			return
 		}
 		for _, kind := range []string{AlertAckRate, AlertTimeoutRate} {
