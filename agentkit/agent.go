@@ -333,10 +333,12 @@ func (a *Agent) consumerConfig(p wire.Priority, topics []string) (jetstream.Cons
 // ConsumerConfig returns the durable consumer of agent id at priority p:
 // named "<id>_<priority>", filtering the agent's direct subject, broadcasts
 // and the given topics at p, with explicit acks, policy's BackOff and
-// MaxDeliver, and every ack sampled for the monitor. An administrator who
+// MaxDeliver, and every ack sampled for the monitor; policy's zero fields
+// take p's defaults, as with [WithPolicy]. An administrator who
 // provisions consumers for agents without that right
 // ([WithProvisioning](false)) creates exactly these.
 func ConsumerConfig(s subjects.Scheme, id string, p wire.Priority, policy DeliveryPolicy, topics []string) (jetstream.ConsumerConfig, error) {
+	policy = policy.withDefaults(p)
 	if err := policy.validate(p); err != nil {
 		return jetstream.ConsumerConfig{}, err
 	}
