@@ -190,6 +190,10 @@ type Monitor struct {
 	// MinSamples is the fewest messages in a window before an alert may
 	// fire. Default: 20.
 	MinSamples int `yaml:"min_samples"`
+	// MeshMinSamples is the fewest messages to all agents in a window
+	// before the mesh-wide alert may fire; negative turns it off.
+	// Default: 10.
+	MeshMinSamples int `yaml:"mesh_min_samples"`
 	// Alerts are the alert thresholds, in percent, each above 0.
 	Alerts Alerts `yaml:"alerts"`
 	// DefaultDirector receives escalations for senders without a director.
@@ -331,6 +335,9 @@ func (c *Config) setDefaults() {
 	}
 	if m.MinSamples == 0 {
 		m.MinSamples = 20
+	}
+	if m.MeshMinSamples == 0 {
+		m.MeshMinSamples = 10
 	}
 	if m.ID == "" {
 		m.ID = "ackmonitor"

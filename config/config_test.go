@@ -159,6 +159,7 @@ func TestEnv_EveryOverride(t *testing.T) {
 		{"AGENTMESH_MONITOR_URL", "http://m:1", func(c *config.Config) bool { return c.Monitor.URL == "http://m:1" }},
 		{"AGENTMESH_MONITOR_WINDOW", "1m", func(c *config.Config) bool { return c.Monitor.Window == time.Minute }},
 		{"AGENTMESH_MONITOR_MIN_SAMPLES", "50", func(c *config.Config) bool { return c.Monitor.MinSamples == 50 }},
+		{"AGENTMESH_MONITOR_MESH_MIN_SAMPLES", "-1", func(c *config.Config) bool { return c.Monitor.MeshMinSamples == -1 }},
 		{"AGENTMESH_MONITOR_ALERTS_ACK_RATE_WARNING", "97.5", func(c *config.Config) bool { return c.Monitor.Alerts.AckRateWarning == 97.5 }},
 		{"AGENTMESH_MONITOR_ALERTS_ACK_RATE_CRITICAL", "80", func(c *config.Config) bool { return c.Monitor.Alerts.AckRateCritical == 80 }},
 		{"AGENTMESH_MONITOR_ALERTS_TIMEOUT_RATE_WARNING", "2", func(c *config.Config) bool { return c.Monitor.Alerts.TimeoutRateWarning == 2 }},

@@ -36,7 +36,7 @@ func MonitorConfig(c *config.Config, st store.Store, log *slog.Logger) (ackmonit
 		Thresholds: ackmonitor.Thresholds{AckWarning: a.AckRateWarning / 100, AckCritical: a.AckRateCritical / 100,
 			TimeoutWarning: a.TimeoutRateWarning / 100, TimeoutCritical: a.TimeoutRateCritical / 100,
 			InvalidWarning: a.InvalidRateWarning / 100, InvalidCritical: a.InvalidRateCritical / 100,
-			MinSamples: int64(m.MinSamples)},
+			MinSamples: int64(m.MinSamples), MeshMinSamples: int64(m.MeshMinSamples)},
 	}, nil
 }
 
