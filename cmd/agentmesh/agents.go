@@ -37,7 +37,9 @@ Without the bucket (no agent has registered yet) it says so and exits 0.` + exit
 				return err
 			}
 			defer nc.Close()
-			return a.listAgents(ctx, js, asJSON)
+			ctx, stop := watchDenials(ctx, nc)
+			defer stop()
+			return denied(ctx, a.listAgents(ctx, js, asJSON), "reading the registry needs the monitor's or an administrator's credentials")
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON")

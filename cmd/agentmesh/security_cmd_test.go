@@ -113,3 +113,18 @@ func TestSecurity_DLQDenied(t *testing.T) {
 		t.Fatalf("dlq ls as orch_1: exit %d after %v\n%s\n%s", code, time.Since(start), out, errOut)
 	}
 }
+
+// TestSecurity_AgentsWithAgentCredentials: agents with an agent's
+// credentials either lists the registry (agents may read it) or fails at
+// once with the denial, reported once; it never waits out its timeout.
+func TestSecurity_AgentsWithAgentCredentials(t *testing.T) {
+	url, dir := isolatedMesh(t)
+	start := time.Now()
+	code, out, errOut := cli(t, "agents", "-s", url, "--creds", filepath.Join(dir, "orch_1.nk"))
+	switch {
+	case code == exitOK:
+	case code == exitFailure && strings.Count(errOut, "ermission denied") == 1 && time.Since(start) < 10*time.Second:
+	default:
+		t.Fatalf("agents as orch_1: exit %d after %v\n%s\n%s", code, time.Since(start), out, errOut)
+	}
+}
