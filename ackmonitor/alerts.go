@@ -82,9 +82,14 @@ func (m *Monitor) alertLoop(ctx context.Context) {
 		if !m.Active() {
 			return
 		}
-		if err := m.evaluate(ctx, time.Now()); err != nil && ctx.Err() == nil {
-			m.cfg.Logger.Warn("alert evaluation", "err", err)
+		start := time.Now()
+		if err := m.evaluate(ctx, start); err != nil {
+			if ctx.Err() == nil {
+				m.cfg.Logger.Warn("alert evaluation", "err", err)
+			}
+			return
 		}
+		m.evaluatedAt.Store(start.UnixNano())
 	})
 }
 

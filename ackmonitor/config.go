@@ -78,7 +78,8 @@ type Config struct {
 	FetchWait time.Duration
 	// Window is the sliding window of rates and alerts. Default 5m.
 	Window time.Duration
-	// EvaluateInterval is how often alerts are evaluated. Default 5s.
+	// EvaluateInterval is how often alerts are evaluated. Default
+	// [DefaultEvaluateInterval].
 	EvaluateInterval time.Duration
 	// Thresholds are the alerting thresholds.
 	Thresholds Thresholds
@@ -162,7 +163,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.FetchWait, 250*time.Millisecond)
 	def(&c.Window, 5*time.Minute)
-	def(&c.EvaluateInterval, 5*time.Second)
+	def(&c.EvaluateInterval, DefaultEvaluateInterval)
 	t := &c.Thresholds
 	if t.AckWarning == 0 {
 		t.AckWarning = 0.95
@@ -245,3 +246,7 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// DefaultEvaluateInterval is how often alerts are evaluated unless
+// [Config.EvaluateInterval] says otherwise.
+const DefaultEvaluateInterval = 5 * time.Second

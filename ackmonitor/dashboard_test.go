@@ -167,6 +167,9 @@ func TestDashboard_InBrowser(t *testing.T) {
 	getJSON(t, srv.URL+"/api/v1/agents", &agents)
 	var summary ackmonitor.Summary
 	getJSON(t, srv.URL+"/api/v1/summary", &summary)
+	if summary.EvaluatedAt.IsZero() || summary.EvaluatedAt.After(summary.GeneratedAt) {
+		t.Errorf("summary evaluated_at %v (generated %v): alerts were raised, so an evaluation completed", summary.EvaluatedAt, summary.GeneratedAt)
+	}
 	var dlq struct {
 		DeadLetters []json.RawMessage `json:"dead_letters"`
 	}

@@ -102,10 +102,14 @@ type Summary struct {
 	Active        bool      `json:"active"`
 	WindowSeconds float64   `json:"window_seconds"`
 	GeneratedAt   time.Time `json:"generated_at"`
-	Window        RateView  `json:"window"` // over the sliding window
-	Total         RateView  `json:"total"`  // everything in the ledger
-	ActiveAlerts  int       `json:"active_alerts"`
-	Unavailable   int       `json:"unavailable_agents"`
+	// EvaluatedAt is when the rates the last completed alert evaluation
+	// judged were read (zero before the first): alerts reflect every
+	// message the ledger held then.
+	EvaluatedAt  time.Time `json:"evaluated_at,omitzero"`
+	Window       RateView  `json:"window"` // over the sliding window
+	Total        RateView  `json:"total"`  // everything in the ledger
+	ActiveAlerts int       `json:"active_alerts"`
+	Unavailable  int       `json:"unavailable_agents"`
 	// UnknownReceivers is the number of receivers without a consumer
 	// this instance saw direct messages sent to (GET
 	// /api/v1/unknown_receivers lists them).
@@ -227,7 +231,7 @@ func (m *Monitor) Summary(ctx context.Context) (Summary, error) {
 	}
 	var win, total store.Rate
 	s := Summary{Monitor: m.cfg.MonitorID, Active: m.Active(), WindowSeconds: m.cfg.Window.Seconds(),
-		GeneratedAt: time.Now().UTC(), ActiveAlerts: len(alerts), EventsProcessed: m.intake.processed(),
+		GeneratedAt: time.Now().UTC(), EvaluatedAt: unixNano(m.evaluatedAt.Load()), ActiveAlerts: len(alerts), EventsProcessed: m.intake.processed(),
 		LagSeconds: m.intake.lag().Seconds(), UnknownReceivers: len(m.unknown.list()),
 		Thresholds: ThresholdsView{AckWarning: m.cfg.Thresholds.AckWarning, AckCritical: m.cfg.Thresholds.AckCritical,
 			TimeoutWarning: m.cfg.Thresholds.TimeoutWarning, TimeoutCritical: m.cfg.Thresholds.TimeoutCritical}}
@@ -534,4 +538,12 @@ func letterView(scheme subjects.Scheme, l dlq.Letter) LetterView {
 	return LetterView{Seq: l.Seq, Time: l.Time, Receiver: sub.Receiver, Priority: sub.Priority, Sender: sub.Sender,
 		Action: l.Header.Get(wire.HeaderAction), MessageID: l.MessageID(), Status: l.Status(), Reason: l.Reason(),
 		Deliveries: l.Deliveries(), BodyOmitted: l.Header.Get(dlq.HeaderBodyOmitted) != ""}
+}
+
+// unixNano is the time of n nanoseconds since the epoch in UTC, zero for 0.
+func unixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
 }

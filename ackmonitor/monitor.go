@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,8 @@ type Monitor struct {
 	intake    *intake
 	followUps *followUps
 	unknown   *unknownReceivers
+
+	evaluatedAt atomic.Int64 // UnixNano when an alert evaluation last completed
 
 	mu      sync.Mutex
 	running bool

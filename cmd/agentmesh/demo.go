@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/cmd/agentmesh/internal/trace"
 	"github.com/agentmesh-io/agentmesh/cmd/internal/monitorsvc"
@@ -223,7 +224,8 @@ func (a *app) demoRound(ctx context.Context, out io.Writer, mesh *demo.Mesh, js 
 }
 
 // printMonitorStats waits (briefly) until the monitor has recorded every
-// message of the stream, then prints its per-agent and per-priority rates.
+// message of the stream and evaluated its alerts since, then prints its
+// per-agent and per-priority rates and the alerts.
 func (a *app) printMonitorStats(ctx context.Context, out io.Writer, js jetstream.JetStream, dashboard string) {
 	base := strings.TrimSuffix(dashboard, "/")
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -243,6 +245,21 @@ func (a *app) printMonitorStats(ctx context.Context, out io.Writer, js jetstream
 		}
 		select {
 		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// Alerts are evaluated every few seconds: one evaluation that read
+	// the rates after the ledger caught up judges every message.
+	caught := time.Now()
+	evalCtx, cancelEval := context.WithTimeout(context.WithoutCancel(ctx), 2*ackmonitor.DefaultEvaluateInterval)
+	defer cancelEval()
+	for evalCtx.Err() == nil {
+		var sum summaryView
+		if getJSON(evalCtx, base+"/api/v1/summary", &sum) == nil && sum.EvaluatedAt.After(caught) {
+			break
+		}
+		select {
+		case <-evalCtx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -41,6 +41,8 @@ type summaryView struct {
 	ActiveAlerts  int      `json:"active_alerts"`
 	Unavailable   int      `json:"unavailable_agents"`
 	LagSeconds    float64  `json:"lag_seconds"`
+	// EvaluatedAt is when the last alert evaluation read the rates.
+	EvaluatedAt time.Time `json:"evaluated_at"`
 }
 
 type agentsView struct {
