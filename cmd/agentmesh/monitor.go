@@ -37,8 +37,12 @@ var ErrHTTPAddrInUse = errors.New("address taken")
 // environment) rather than left at its default, which alone may fall back
 // to a free port.
 func httpAddrExplicit(cfg *config.Config) bool {
-	return cfg.Monitor.HTTPAddr != config.Default().Monitor.HTTPAddr
+	return cfg.Monitor.HTTPAddr != defaultHTTPAddr()
 }
+
+// defaultHTTPAddr is monitor.http_addr's default; tests replace it so the
+// fallback can be shown on a port they hold rather than a fixed one.
+var defaultHTTPAddr = func() string { return config.Default().Monitor.HTTPAddr }
 
 // startMonitor starts the ack monitor (package ackmonitor) over nc: its
 // ledger st (which it closes when it stops, or fails to start), its

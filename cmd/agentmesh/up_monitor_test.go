@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentmesh-io/agentmesh/config"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
@@ -38,11 +37,16 @@ func TestMonitorHTTPAddr_ExplicitTaken(t *testing.T) {
 // up says so, and stats finds the dashboard through the data directory.
 func TestMonitorHTTPAddr_DefaultFallsBack(t *testing.T) {
 	t.Setenv("NATS_URL", "")
-	def := config.Default().Monitor.HTTPAddr
-	t.Setenv("AGENTMESH_MONITOR_HTTP_ADDR", def)
-	if l, err := net.Listen("tcp", def); err == nil { // else someone holds it already
-		defer l.Close()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer held.Close()
+	def := held.Addr().String()
+	restore := defaultHTTPAddr
+	defaultHTTPAddr = func() string { return def }
+	t.Cleanup(func() { defaultHTTPAddr = restore })
+	t.Setenv("AGENTMESH_MONITOR_HTTP_ADDR", def)
 	dir := t.TempDir()
 	t.Setenv("AGENTMESH_DEV_DATA_DIR", dir)
 	var out, errOut natstest.SyncBuffer
