@@ -71,6 +71,43 @@ func TestServerSubjectMatching(t *testing.T) {
 		}
 	}
 
+	// Malformed shapes match no stream subject, so the server refuses them
+	// at publish; the wide subjects of older streams stored them all.
+	for _, bad := range []string{"mesh.agent.x.y", "mesh.agent.a.notapriority.b", "mesh.agent.a.high.b.c",
+		"mesh.agent.a.HIGH.b", "mesh.topic.t.high", "mesh.broadcast.high", "mesh.broadcast.urgent.a", "mesh.broadcast.high.a.b"} {
+		if matches(bad, s.StreamSubjects()) {
+			t.Errorf("%s matches StreamSubjects", bad)
+		}
+		if !matches(bad, s.WideStreamSubjects()) {
+			t.Errorf("%s does not match WideStreamSubjects", bad)
+		}
+	}
+	for _, good := range []string{direct, topic, broadcast} {
+		if !matches(good, s.WideStreamSubjects()) {
+			t.Errorf("%s does not match WideStreamSubjects", good)
+		}
+	}
+
+	// Fan-out filters: each class takes its own priorities only.
+	urgent, _ := s.FanoutFilters("urgent", []string{"findings"})
+	bulk, _ := s.FanoutFilters("bulk", []string{"findings"})
+	for _, tc := range []struct {
+		subject        string
+		urgent, bulkOK bool
+	}{
+		{broadcast, true, false},
+		{topic, true, false},
+		{must2(s.Broadcast("critical", "orch_1")), true, false},
+		{must2(s.Broadcast("batch", "orch_1")), false, true},
+		{must2(s.Topic("findings", "normal", "orch_1")), false, true},
+		{must2(s.Topic("other", "normal", "orch_1")), false, false},
+		{direct, false, false},
+	} {
+		if matches(tc.subject, urgent) != tc.urgent || matches(tc.subject, bulk) != tc.bulkOK {
+			t.Errorf("%s: urgent %v (want %v), bulk %v (want %v)", tc.subject, matches(tc.subject, urgent), tc.urgent, matches(tc.subject, bulk), tc.bulkOK)
+		}
+	}
+
 	df, _ := s.DirectFilter("planner_1", "high")
 	tf, _ := s.TopicFilter("findings", "high")
 	bf, _ := s.BroadcastFilter("high")

@@ -217,8 +217,22 @@ func (s Scheme) HeartbeatFilter() string { return s.prefix + ".hb.*" }
 // AlertFilter matches every alert.
 func (s Scheme) AlertFilter() string { return s.prefix + ".alert.>" }
 
-// StreamSubjects returns the subjects of the message stream ([Scheme.Stream]).
+// StreamSubjects returns the subjects of the message stream
+// ([Scheme.Stream]): exactly the direct, topic and broadcast shapes with
+// the five priority tokens, so the server refuses a malformed subject at
+// publish (no stream matches) instead of storing what no consumer reads.
 func (s Scheme) StreamSubjects() []string {
+	out := make([]string, 0, 3*len(Priorities))
+	for _, p := range Priorities {
+		out = append(out, s.prefix+".agent.*."+p+".*", s.prefix+".topic.*."+p+".*", s.prefix+".broadcast."+p+".*")
+	}
+	return out
+}
+
+// WideStreamSubjects returns the subjects the message stream had before
+// [Scheme.StreamSubjects] was exact: a stream still bound to them stores
+// malformed subjects, and "agentmesh migrate" narrows it.
+func (s Scheme) WideStreamSubjects() []string {
 	return []string{s.prefix + ".agent.>", s.prefix + ".topic.>", s.prefix + ".broadcast.>"}
 }
 
@@ -268,17 +282,109 @@ func (s Scheme) Consumer(agent, priority string) (string, error) {
 	return agent + "_" + priority, nil
 }
 
-// ParseConsumer splits a consumer name built by [Scheme.Consumer].
+// ParseConsumer splits a consumer name built by [Scheme.Consumer]; it
+// rejects fan-out consumers (see [Scheme.ParseConsumerName]).
 func (s Scheme) ParseConsumer(name string) (agent, priority string, err error) {
+	c, err := s.ParseConsumerName(name)
+	if err == nil && c.Priority == "" {
+		err = fmt.Errorf("%w: consumer %q is a fan-out consumer", ErrInvalidSubject, name)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return c.Agent, c.Priority, nil
+}
+
+// ConsumerName is a parsed agent consumer name: a direct consumer has a
+// Priority, a fan-out consumer a Class.
+type ConsumerName struct {
+	Agent    string
+	Priority string // direct: one of Priorities
+	Class    string // fan-out: one of FanoutClasses
+}
+
+// ParseConsumerName splits a consumer name built by [Scheme.Consumer] or
+// [Scheme.FanoutConsumer].
+func (s Scheme) ParseConsumerName(name string) (ConsumerName, error) {
 	i := strings.LastIndexByte(name, '_')
 	if i <= 0 {
-		return "", "", fmt.Errorf("%w: consumer %q has no <agent>_<priority> form", ErrInvalidSubject, name)
+		return ConsumerName{}, fmt.Errorf("%w: consumer %q has no <agent>_<priority> form", ErrInvalidSubject, name)
 	}
-	agent, priority = name[:i], name[i+1:]
-	if err := firstErr(ValidateToken("agent id", agent), ValidatePriority(priority)); err != nil {
-		return "", "", fmt.Errorf("%w: consumer %q: %w", ErrInvalidSubject, name, err)
+	c := ConsumerName{Agent: name[:i]}
+	suffix := name[i+1:]
+	check := ValidatePriority(suffix)
+	if class, ok := strings.CutPrefix(suffix, fanoutMark); ok {
+		c.Class, check = class, ValidateFanoutClass(class)
+	} else {
+		c.Priority = suffix
 	}
-	return agent, priority, nil
+	if err := firstErr(ValidateToken("agent id", c.Agent), check); err != nil {
+		return ConsumerName{}, fmt.Errorf("%w: consumer %q: %w", ErrInvalidSubject, name, err)
+	}
+	return c, nil
+}
+
+// FanoutClasses lists the fan-out consumer classes. Each agent reads the
+// broadcasts and topic messages it handles on one consumer per class
+// (see [FanoutClass]), so an urgent one overtakes a backlog of bulk ones.
+var FanoutClasses = []string{"urgent", "bulk"}
+
+// fanoutMark starts a fan-out consumer's suffix; no priority contains "-",
+// so a fan-out name never equals a direct one.
+const fanoutMark = "fanout-"
+
+// FanoutClass returns the class of priority p: "urgent" for critical and
+// high, "bulk" for the rest.
+func FanoutClass(p string) string {
+	if p == "critical" || p == "high" {
+		return "urgent"
+	}
+	return "bulk"
+}
+
+// FanoutPriorities returns the priorities of class, highest first.
+func FanoutPriorities(class string) []string {
+	var out []string
+	for _, p := range Priorities {
+		if FanoutClass(p) == class {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ValidateFanoutClass checks that c is one of [FanoutClasses].
+func ValidateFanoutClass(c string) error { return oneOf("fan-out class", c, FanoutClasses) }
+
+// FanoutConsumer returns the durable consumer name of agent's fan-out
+// class: "<agent>_fanout-<class>".
+func (s Scheme) FanoutConsumer(agent, class string) (string, error) {
+	if err := firstErr(ValidateToken("agent id", agent), ValidateFanoutClass(class)); err != nil {
+		return "", err
+	}
+	return agent + "_" + fanoutMark + class, nil
+}
+
+// FanoutFilters returns the filters of a fan-out consumer of class: the
+// broadcasts and the messages on each of topics at the class's priorities.
+func (s Scheme) FanoutFilters(class string, topics []string) ([]string, error) {
+	if err := ValidateFanoutClass(class); err != nil {
+		return nil, err
+	}
+	prios := FanoutPriorities(class)
+	out := make([]string, 0, len(prios)*(1+len(topics)))
+	for _, p := range prios {
+		out = append(out, s.prefix+".broadcast."+p+".*")
+	}
+	for _, t := range topics {
+		if err := ValidateToken("topic", t); err != nil {
+			return nil, err
+		}
+		for _, p := range prios {
+			out = append(out, s.prefix+".topic."+t+"."+p+".*")
+		}
+	}
+	return out, nil
 }
 
 // RegistryBucket is the KV bucket of the agent registry: "mesh_registry".

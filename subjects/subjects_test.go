@@ -181,7 +181,7 @@ func TestScheme_Names(t *testing.T) {
 			"PayloadsBucket":  "mesh_payloads",
 			"HeartbeatFilter": "mesh.hb.*",
 			"AlertFilter":     "mesh.alert.>",
-			"StreamSubjects":  []string{"mesh.agent.>", "mesh.topic.>", "mesh.broadcast.>"},
+			"StreamSubjects":  []string{"mesh.agent.*.critical.*", "mesh.topic.*.critical.*", "mesh.broadcast.critical.*", "mesh.agent.*.high.*", "mesh.topic.*.high.*", "mesh.broadcast.high.*", "mesh.agent.*.normal.*", "mesh.topic.*.normal.*", "mesh.broadcast.normal.*", "mesh.agent.*.low.*", "mesh.topic.*.low.*", "mesh.broadcast.low.*", "mesh.agent.*.batch.*", "mesh.topic.*.batch.*", "mesh.broadcast.batch.*"},
 			"DLQSubjects":     []string{"mesh.dlq.>"},
 			"EventsSubjects": []string{"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.MESH.*", "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.MESH.*",
 				"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.MESH.*", "$JS.EVENT.METRIC.CONSUMER.ACK.MESH.*", "mesh.monitor.wake"},
@@ -197,7 +197,7 @@ func TestScheme_Names(t *testing.T) {
 			"PayloadsBucket":  "team_a_payloads",
 			"HeartbeatFilter": "team_a.hb.*",
 			"AlertFilter":     "team_a.alert.>",
-			"StreamSubjects":  []string{"team_a.agent.>", "team_a.topic.>", "team_a.broadcast.>"},
+			"StreamSubjects":  []string{"team_a.agent.*.critical.*", "team_a.topic.*.critical.*", "team_a.broadcast.critical.*", "team_a.agent.*.high.*", "team_a.topic.*.high.*", "team_a.broadcast.high.*", "team_a.agent.*.normal.*", "team_a.topic.*.normal.*", "team_a.broadcast.normal.*", "team_a.agent.*.low.*", "team_a.topic.*.low.*", "team_a.broadcast.low.*", "team_a.agent.*.batch.*", "team_a.topic.*.batch.*", "team_a.broadcast.batch.*"},
 			"DLQSubjects":     []string{"team_a.dlq.>"},
 			"EventsSubjects": []string{"$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.TEAM_A.*", "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.TEAM_A.*",
 				"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TEAM_A.*", "$JS.EVENT.METRIC.CONSUMER.ACK.TEAM_A.*", "team_a.monitor.wake"},
@@ -551,5 +551,44 @@ func TestRegistryKeys(t *testing.T) {
 		if k, err := subjects.ParseRegistryKey(key); !errors.Is(err, subjects.ErrInvalidSubject) {
 			t.Errorf("ParseRegistryKey(%q) = %+v, %v, want ErrInvalidSubject", key, k, err)
 		}
+	}
+}
+
+func TestConsumerNames(t *testing.T) {
+	t.Parallel()
+	s := subjects.Default
+	for _, tc := range []struct {
+		agent, class string
+	}{{"planner_1", "urgent"}, {"a-b_c", "bulk"}} {
+		name, err := s.FanoutConsumer(tc.agent, tc.class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.ParseConsumerName(name)
+		if err != nil || c != (subjects.ConsumerName{Agent: tc.agent, Class: tc.class}) {
+			t.Errorf("ParseConsumerName(%q) = %+v, %v", name, c, err)
+		}
+		if _, _, err := s.ParseConsumer(name); !errors.Is(err, subjects.ErrInvalidSubject) {
+			t.Errorf("ParseConsumer(%q) accepted a fan-out consumer: %v", name, err)
+		}
+	}
+	// No agent's direct consumer is named like another agent's fan-out one.
+	direct, _ := s.Consumer("x_fanout-urgent", "high")
+	if c, err := s.ParseConsumerName(direct); err != nil || c.Agent != "x_fanout-urgent" || c.Priority != "high" {
+		t.Errorf("ParseConsumerName(%q) = %+v, %v", direct, c, err)
+	}
+	for _, bad := range []string{"x_fanout-critical", "x_fanout-", "_fanout-urgent", "x_urgent"} {
+		if _, err := s.ParseConsumerName(bad); !errors.Is(err, subjects.ErrInvalidSubject) {
+			t.Errorf("ParseConsumerName(%q) = %v, want ErrInvalidSubject", bad, err)
+		}
+	}
+	if _, err := s.FanoutConsumer("a", "critical"); !errors.Is(err, subjects.ErrInvalidToken) {
+		t.Errorf("FanoutConsumer with a priority for a class: %v", err)
+	}
+	if got := subjects.FanoutPriorities("urgent"); !slices.Equal(got, []string{"critical", "high"}) {
+		t.Errorf("FanoutPriorities(urgent) = %q", got)
+	}
+	if got := subjects.FanoutPriorities("bulk"); !slices.Equal(got, []string{"normal", "low", "batch"}) {
+		t.Errorf("FanoutPriorities(bulk) = %q", got)
 	}
 }
