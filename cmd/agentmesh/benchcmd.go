@@ -2,11 +2,13 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +17,7 @@ import (
 
 func (a *app) benchCmd() *cobra.Command {
 	cfg := bench.Config{}
+	scale := bench.ScaleConfig{}
 	var asJSON, quiet, external bool
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -37,17 +40,47 @@ Absolute figures depend on the machine; compare the ratios of one run. A
 warning on stderr says when --messages is below 10000 and names the runs too
 short (under a second) for their ratios to be stable: run more --messages.
 Progress goes to stderr, redrawn in place on a terminal and as a line every
-few seconds otherwise (--quiet: none).` + exitCodesHelp,
+few seconds otherwise (--quiet: none).
+
+--scale N,N,... runs the scale benchmark instead, one row per count N
+(agentmesh bench --scale 100,300,1000 is the full run): N agents registered with
+heartbeats and handlers, on --scale-runtimes connections (agent i on connection
+i mod runtimes, as that many processes would hold them), and one driver agent on
+its own. For each N it reports the time to start all N (8 at a time); the
+process's CPU (in percent of one core) over --scale-idle of idleness and its RSS
+(server and agents: the embedded server runs in this process; Linux only, n/a
+elsewhere); the consumers on the message stream and the registry bucket's stream
+and the registry's keys; the msg/s of a burst of --messages sent with SendBatch
+round robin over the N agents, and its ratio to raw 1-agent throughput measured
+in the same run; request round trips (p50, p99) at --scale-rate per second to
+random agents for --scale-request-time; and the time to Drain all N. A count
+whose agents fail to start (the server's limit of consumers per stream, say)
+shows how many started and why, and the run goes on with the next count.` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if !quiet {
 				cfg.Progress = a.stderr
 			}
-			check := cfg // the embedded server's URL is known once it runs
-			check.URL = cmp.Or(check.URL, "nats://127.0.0.1:4222")
-			if err := check.Validate(); err != nil {
-				return usageErr(err)
+			isScale := cmd.Flags().Changed("scale")
+			if isScale {
+				for _, f := range []string{"rate", "scenario", "impl"} {
+					if cmd.Flags().Changed(f) {
+						return usageErr(fmt.Errorf("--%s does not apply to --scale", f))
+					}
+				}
+				scale.Messages, scale.Payload, scale.Progress = cfg.Messages, cfg.Payload, cfg.Progress
+				check := scale // the embedded server's URL is known once it runs
+				check.URL = "nats://127.0.0.1:4222"
+				if err := check.Validate(); err != nil {
+					return usageErr(err)
+				}
+			} else {
+				check := cfg
+				check.URL = cmp.Or(check.URL, "nats://127.0.0.1:4222")
+				if err := check.Validate(); err != nil {
+					return usageErr(err)
+				}
 			}
 			if external {
 				cfg.URL = a.cfg.NATS.URLs[0]
@@ -64,6 +97,10 @@ few seconds otherwise (--quiet: none).` + exitCodesHelp,
 				defer srv.WaitForShutdown()
 				defer srv.Shutdown()
 				cfg.URL = srv.ClientURL()
+			}
+			if isScale {
+				scale.URL = cfg.URL
+				return a.runScale(ctx, scale, asJSON)
 			}
 			results, err := bench.Run(ctx, cfg)
 			if err != nil {
@@ -99,5 +136,39 @@ few seconds otherwise (--quiet: none).` + exitCodesHelp,
 	fl.BoolVar(&asJSON, "json", false, "print results as JSON")
 	fl.BoolVar(&quiet, "quiet", false, "no progress display")
 	fl.BoolVar(&external, "external", false, "benchmark against the configured server instead of an embedded one")
+	fl.IntSliceVar(&scale.Agents, "scale", nil, "run the scale benchmark for these agent counts (e.g. 100,300,1000) instead of the comparison")
+	fl.IntVar(&scale.Runtimes, "scale-runtimes", 20, "with --scale, the connections the agents are spread over")
+	fl.DurationVar(&scale.Idle, "scale-idle", 10*time.Second, "with --scale, the idle window CPU is measured over")
+	fl.IntVar(&scale.Rate, "scale-rate", 500, "with --scale, offered requests per second")
+	fl.DurationVar(&scale.RequestTime, "scale-request-time", 5*time.Second, "with --scale, how long requests are offered")
 	return cmd
+}
+
+// runScale runs the scale benchmark and prints its table (or JSON), with
+// warnings on stderr after the figures, as the comparison does.
+func (a *app) runScale(ctx context.Context, cfg bench.ScaleConfig, asJSON bool) error {
+	report, err := bench.RunScale(ctx, cfg)
+	if err != nil && report == nil {
+		return err
+	}
+	warnings := bench.ScaleWarnings(report)
+	if w := bench.MessagesWarning(cfg.Messages); w != "" {
+		warnings = append([]string{w}, warnings...)
+	}
+	var werr error
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		werr = enc.Encode(map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "messages": cfg.Messages, "payload_bytes": cfg.Payload,
+			"runtimes": cfg.Runtimes, "idle_seconds": cfg.Idle.Seconds(), "request_rate": cfg.Rate, "request_seconds": cfg.RequestTime.Seconds(),
+			"raw_1_agent": report.Raw, "results": report.Results, "warnings": warnings})
+	} else {
+		fmt.Fprintf(a.stdout, "bursts of %d messages of %d bytes, idle %v, requests at %d/s for %v, %d runtimes, GOMAXPROCS %d, NATS %s\n\n",
+			cfg.Messages, cfg.Payload, cfg.Idle, cfg.Rate, cfg.RequestTime, cfg.Runtimes, runtime.GOMAXPROCS(0), cfg.URL)
+		werr = bench.WriteScaleTable(a.stdout, report)
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(a.stderr, "warning:", w)
+	}
+	return cmp.Or(err, werr)
 }
