@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // storable returns b, or a copy of it when some of its strings need
@@ -227,10 +229,25 @@ func (s *sqlStore) applySends(ctx context.Context, tx *sql.Tx, in []Send, now in
 			dirty[bucket{agent: snd.Receiver, priority: snd.Priority, hour: hour(snd.SentAt)}] = struct{}{}
 			continue
 		}
-		// Topic and broadcast: fill in the rows events have created so far.
+		// Topic and broadcast: drop the rows of the sender's own fan-out
+		// consumers (see ownFanout) and fill in the rows events have
+		// created so far; a fan-out consumer's row takes the message's
+		// priority.
+		if own := fanoutConsumers(snd.Sender); len(own) > 0 {
+			args := []any{int64(snd.StreamSeq)}
+			for _, c := range own {
+				args = append(args, c)
+			}
+			if _, err := s.exec(ctx, tx, `DELETE FROM message_acknowledgments WHERE stream_seq = ? AND consumer IN `+
+				placeholders(1, len(own)), args...); err != nil {
+				return fmt.Errorf("store: drop the sender's own rows %d: %w", snd.StreamSeq, err)
+			}
+		}
 		if _, err := s.exec(ctx, tx, `UPDATE message_acknowledgments SET message_id = ?, sender_agent = ?,
-			workflow_execution_id = ?, correlation_id = ?, in_reply_to = ?, sent_at = ? WHERE stream_seq = ?`,
-			snd.MessageID, snd.Sender, snd.Workflow, snd.Correlation, snd.InReplyTo, snd.SentAt.UnixMicro(), int64(snd.StreamSeq)); err != nil {
+			workflow_execution_id = ?, correlation_id = ?, in_reply_to = ?, sent_at = ?,
+			priority = CASE WHEN priority = '' THEN ? ELSE priority END WHERE stream_seq = ?`,
+			snd.MessageID, snd.Sender, snd.Workflow, snd.Correlation, snd.InReplyTo, snd.SentAt.UnixMicro(), snd.Priority,
+			int64(snd.StreamSeq)); err != nil {
 			return fmt.Errorf("store: ledger send fields %d: %w", snd.StreamSeq, err)
 		}
 		rows, err := s.query(ctx, tx, `SELECT receiver_agent, priority FROM message_acknowledgments WHERE stream_seq = ?`, int64(snd.StreamSeq))
@@ -297,6 +314,12 @@ func (s *sqlStore) ackedBeforeSend(ctx context.Context, tx *sql.Tx, sends []Send
 			if c := snd.Consumer(); c != "" && c != r.Consumer {
 				continue // a direct send fills in its receiver's row only
 			}
+			if ownFanout(r.Consumer, snd.Sender) {
+				continue // dropped by applySends
+			}
+			if r.Priority == "" {
+				r.Priority = snd.Priority
+			}
 			r.MessageID, r.Sender, r.Workflow, r.Correlation, r.InReplyTo = snd.MessageID, snd.Sender, snd.Workflow, snd.Correlation, snd.InReplyTo
 			r.SentAt = snd.SentAt
 			out.Acked = append(out.Acked, r)
@@ -346,14 +369,14 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 	for _, c := range chunks(len(missing), 500) {
 		part := missing[c[0]:c[1]]
 		rows, err := tx.QueryContext(ctx, s.q(`SELECT stream_seq, message_id, sender_agent, workflow_execution_id, correlation_id,
-			in_reply_to, sent_at FROM message_sends WHERE stream_seq IN `+placeholders(1, len(part))), part...)
+			in_reply_to, priority, sent_at FROM message_sends WHERE stream_seq IN `+placeholders(1, len(part))), part...)
 		if err != nil {
 			return fmt.Errorf("store: read sends: %w", err)
 		}
 		for rows.Next() {
 			var r Record
 			var seq, at int64
-			if err := rows.Scan(&seq, &r.MessageID, &r.Sender, &r.Workflow, &r.Correlation, &r.InReplyTo, &at); err != nil {
+			if err := rows.Scan(&seq, &r.MessageID, &r.Sender, &r.Workflow, &r.Correlation, &r.InReplyTo, &r.Priority, &at); err != nil {
 				rows.Close()
 				return err
 			}
@@ -371,7 +394,13 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 		r, ok := existing[k]
 		if !ok {
 			snd := sent[k.StreamSeq]
-			r = Record{StreamSeq: k.StreamSeq, Consumer: k.Consumer, Receiver: evs[0].Receiver, Priority: evs[0].Priority,
+			if ownFanout(k.Consumer, snd.Sender) {
+				continue // the sender's own broadcast or topic message: no row
+			}
+			// A fan-out consumer's event has no priority (the consumer
+			// reads several): the row takes its message's, once the send
+			// is known (else applySends fills it in).
+			r = Record{StreamSeq: k.StreamSeq, Consumer: k.Consumer, Receiver: evs[0].Receiver, Priority: cmp.Or(evs[0].Priority, snd.Priority),
 				MessageID: snd.MessageID, Sender: snd.Sender, Workflow: snd.Workflow, Correlation: snd.Correlation,
 				InReplyTo: snd.InReplyTo, SentAt: snd.SentAt}
 		}
@@ -380,6 +409,7 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 		for _, e := range evs {
 			if r.addEvent(e) {
 				n++
+				e.Priority = cmp.Or(e.Priority, r.Priority) // for the NAK metric's label
 				out.NewEvents = append(out.NewEvents, e)
 			}
 		}
@@ -445,4 +475,30 @@ func (s *sqlStore) recordRefused(ctx context.Context, tx *sql.Tx, refused []Even
 		}
 	}
 	return nil
+}
+
+// ownFanout reports whether consumer is one of sender's fan-out
+// consumers: an agent acks its own broadcasts and topic messages without
+// handling them, so the ledger lists no agent as a receiver of its own
+// message. Consumer names do not depend on the scheme's prefix.
+func ownFanout(consumer, sender string) bool {
+	if sender == "" {
+		return false // the send is not known yet
+	}
+	c, err := subjects.Default.ParseConsumerName(consumer)
+	return err == nil && c.Class != "" && c.Agent == sender
+}
+
+// fanoutConsumers returns the names of sender's fan-out consumers, one
+// per class, or nil when sender is no valid agent id.
+func fanoutConsumers(sender string) []string {
+	out := make([]string, 0, len(subjects.FanoutClasses))
+	for _, class := range subjects.FanoutClasses {
+		name, err := subjects.Default.FanoutConsumer(sender, class)
+		if err != nil {
+			return nil
+		}
+		out = append(out, name)
+	}
+	return out
 }

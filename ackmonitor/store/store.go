@@ -93,7 +93,7 @@ type Event struct {
 	Kind       EventKind `json:"kind"`
 	Consumer   string    `json:"-"`
 	Receiver   string    `json:"-"` // the consumer's agent
-	Priority   string    `json:"-"` // the consumer's priority
+	Priority   string    `json:"-"` // the consumer's priority; "" for a fan-out consumer (the row takes its message's)
 	StreamSeq  uint64    `json:"-"`
 	Deliveries uint64    `json:"deliveries"`
 	// AckTime is the ack metric's ack_time: from the latest (re)delivery (or
