@@ -290,7 +290,11 @@ func (r *scaleRun) run(ctx context.Context, prefix string) (res ScaleResult, err
 		return res, err
 	}
 	if err := r.phase(ctx, func(ctx context.Context) error { return r.driver.Start(ctx) }); err != nil {
-		return res, fmt.Errorf("start driver: %w", err)
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		res.StoppedIn, res.Error = ScalePhases[0], fmt.Sprintf("driver: %v", err)
+		return res, nil
 	}
 
 	steps := []func(context.Context, *ScaleResult) error{r.start, r.idle, r.serverState, r.runBurst, r.requests, r.drain}

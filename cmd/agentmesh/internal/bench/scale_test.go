@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -89,15 +90,16 @@ func TestRunScale_Tiny(t *testing.T) {
 	}
 }
 
-// TestRunScale_StartFailureIsARow runs on a server allowing 12 consumers
-// per stream: the driver takes 5, so 5 agents of 5 consumers each cannot
-// all start. The row says how many started and the server's error, and
-// the next count (1 agent, on a stream of its own) runs in full.
+// TestRunScale_StartFailureIsARow runs 31 agents on a server allowing 30
+// consumers per stream: whatever an agent's consumers, they cannot all
+// start. The row says how many started and the server's error, and the
+// next count (1 agent, on a stream of its own) runs in full.
 func TestRunScale_StartFailureIsARow(t *testing.T) {
-	srv := natstest.RunServer(t, func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 12 })
+	const limit = 30
+	srv := natstest.RunServer(t, func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = limit })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	report, err := bench.RunScale(ctx, tinyScale(srv.ClientURL(), 5, 1))
+	report, err := bench.RunScale(ctx, tinyScale(srv.ClientURL(), limit+1, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +110,8 @@ func TestRunScale_StartFailureIsARow(t *testing.T) {
 		t.Fatalf("%d rows, want 2", len(report.Results))
 	}
 	failed, next := report.Results[0], report.Results[1]
-	if failed.Started >= 5 || failed.StoppedIn != "start" || !strings.Contains(failed.Error, "maximum consumers limit reached") {
-		t.Errorf("5 agents at 12 consumers per stream: %d started, stopped in %q: %s", failed.Started, failed.StoppedIn, failed.Error)
+	if failed.Started >= failed.Agents || failed.StoppedIn != "start" || !strings.Contains(failed.Error, "maximum consumers limit reached") {
+		t.Errorf("%d agents at %d consumers per stream: %d started, stopped in %q: %s", failed.Agents, limit, failed.Started, failed.StoppedIn, failed.Error)
 	}
 	if failed.BurstMessages != 0 || failed.DrainSeconds != 0 {
 		t.Errorf("phases after the failed start ran: %+v", failed)
@@ -121,8 +123,8 @@ func TestRunScale_StartFailureIsARow(t *testing.T) {
 	if err := bench.WriteScaleTable(&table, report); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(table.String(), "Stopped early:\n  5 agents, in start: ") {
-		t.Errorf("table does not say why 5 agents stopped:\n%s", table.String())
+	if want := fmt.Sprintf("Stopped early:\n  %d agents, in start: ", limit+1); !strings.Contains(table.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, table.String())
 	}
 }
 
