@@ -226,3 +226,29 @@ func WaitFor(tb testing.TB, timeout time.Duration, cond func() error) {
 		time.Sleep(25 * time.Millisecond)
 	}
 }
+
+// WaitForProgress polls count every 25ms until it reaches want, failing
+// the test only once count has not grown for stall: a busy machine slows
+// the work down, but a stuck one stops it. count's error is reported
+// with the failure and otherwise retried.
+func WaitForProgress(tb testing.TB, stall time.Duration, want int, what string, count func() (int, error)) {
+	tb.Helper()
+	best, since := -1, time.Now()
+	var last error
+	for {
+		n, err := count()
+		if err == nil && n >= want {
+			return
+		}
+		if err == nil && n > best {
+			best, since = n, time.Now()
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Since(since) > stall {
+			tb.Fatalf("natstest: %s: %d of %d, no progress for %v (last error: %v)", what, max(best, 0), want, stall, last)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
