@@ -43,9 +43,10 @@ type Agent struct {
 	state    lifecycle
 	handlers map[string]Handler
 	topics   []string
-	sources  atomic.Pointer[[]*source] // set by Start: one per priority, in queueOrder
-	queues   [5]chan *delivery         // one per priority, in queueOrder
-	quit     chan struct{}             // closed when readers must give up their message
+	fanout   map[string]bool           // the fan-out actions handled; set by Start (see WithFanoutActions)
+	sources  atomic.Pointer[[]*source] // set by Start: one per direct priority, then the fan-out ones
+	queues   [len(queueOrder)]chan *delivery
+	quit     chan struct{} // closed when readers must give up their message
 	quitOnce sync.Once
 	stopping atomic.Bool   // set by Stop: cancelled handlers are NAKed for immediate redelivery
 	cut      chan struct{} // closed once handlers' contexts are cancelled: the stop grace runs from here
@@ -60,12 +61,12 @@ type Agent struct {
 	closed   chan struct{}
 
 	// The connection watch (see watchConn): lost is why the agent stopped
-	// on its own; failing is, per priority in queueOrder, the error of a
+	// on its own; failing is, per queue in queueOrder, the error of a
 	// reader the server currently turns away.
 	watcher   sync.WaitGroup
 	watchDone chan struct{}
 	lost      atomic.Pointer[error]
-	failing   [5]atomic.Pointer[error]
+	failing   [len(queueOrder)]atomic.Pointer[error]
 
 	lanes lanes // per-task ordering
 
@@ -107,8 +108,24 @@ const (
 	stateStopped
 )
 
-// queueOrder is the order workers look at the queues in: critical first.
-var queueOrder = wire.Priorities
+// queueSpec says what one of the runtime's queues carries: a priority's
+// direct consumer, or a fan-out class's consumer.
+type queueSpec struct {
+	priority wire.Priority // the direct priority; a fan-out class's highest, whose policy it uses
+	class    string        // the fan-out class; "" for direct
+}
+
+// queueOrder is the order workers look at the queues in: critical first,
+// each fan-out class after the direct queue of its highest priority.
+var queueOrder = [...]queueSpec{
+	{priority: wire.PriorityCritical},
+	{priority: wire.PriorityCritical, class: "urgent"},
+	{priority: wire.PriorityHigh},
+	{priority: wire.PriorityNormal},
+	{priority: wire.PriorityNormal, class: "bulk"},
+	{priority: wire.PriorityLow},
+	{priority: wire.PriorityBatch},
+}
 
 // New returns an agent with id (a subject token: [A-Za-z0-9_-]{1,64}) that
 // sends and receives over nc. It never dials and starts no goroutine; the
@@ -243,6 +260,7 @@ func (a *Agent) start(ctx context.Context) error {
 			}
 		}
 	}
+	a.fanout = a.fanoutActions()
 	sources := make([]*source, 0, len(queueOrder))
 	stopAll := func() {
 		for _, s := range sources {
@@ -252,8 +270,11 @@ func (a *Agent) start(ctx context.Context) error {
 			a.registry.Close()
 		}
 	}
-	for _, p := range queueOrder {
-		cons, err := a.bindConsumer(ctx, p, a.topics)
+	for q, spec := range queueOrder {
+		if spec.class != "" && len(a.fanout) == 0 {
+			continue // nothing to handle: no fan-out consumer, nothing fetched
+		}
+		cons, err := a.bindConsumer(ctx, spec, a.topics)
 		if err != nil {
 			stopAll()
 			return err
@@ -262,33 +283,35 @@ func (a *Agent) start(ctx context.Context) error {
 		bind := func(ctx context.Context) (jetstream.Consumer, error) {
 			return a.js.Consumer(ctx, a.opts.scheme.Stream(), name)
 		}
-		src, err := openSource(cons, bind, a.opts.policies[p], a.opts.concurrency)
+		src, err := openSource(cons, bind, spec, q, a.opts.policies[spec.priority], a.opts.concurrency)
 		if err != nil {
 			stopAll()
-			return fmt.Errorf("agentkit: consume %s: %w", p, err)
+			return fmt.Errorf("agentkit: consume %s: %w", src.label(), err)
 		}
 		sources = append(sources, src)
 	}
 	a.sources.Store(&sources)
 	a.quit, a.cut, a.exits = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 	a.runCtx, a.cancel = context.WithCancel(context.Background())
-	for i, p := range queueOrder {
+	for q, spec := range queueOrder {
 		// An adaptive source's queue holds its largest generation besides
 		// one message per worker, so its reader never leaves a message in
 		// the client's buffer, where nothing keeps it alive (see
 		// source.reopen). A fixed one holds a message per worker.
 		depth := a.opts.concurrency
-		if pol := a.opts.policies[p]; pol.MaxPrefetch > 0 {
+		if pol := a.opts.policies[spec.priority]; pol.MaxPrefetch > 0 {
 			depth += max(pol.MaxPrefetch, pol.Prefetch)
 		}
-		a.queues[i] = make(chan *delivery, depth)
-		a.readers.Go(func() { a.read(p, sources[i], a.queues[i]) })
+		a.queues[q] = make(chan *delivery, depth)
+	}
+	for _, src := range sources {
+		a.readers.Go(func() { a.read(src, a.queues[src.queue]) })
 	}
 	a.startTracker()
 	a.crew = make([]worker, a.opts.concurrency+1)
 	// The workers are owned through crew: shutdown waits for them with
 	// awaitWorkers, which may leave a stuck handler's worker behind.
-	go a.work(a.queues[:1], &a.crew[0]) // critical's own worker
+	go a.work(a.queues[:2], &a.crew[0]) // critical's own worker: direct, then urgent fan-out
 	for i := range a.opts.concurrency {
 		go a.work(a.queues[:], &a.crew[i+1])
 	}
@@ -307,7 +330,7 @@ func (a *Agent) start(ctx context.Context) error {
 	status := a.nc.StatusChanged(nats.CLOSED)
 	a.watcher.Go(func() { a.watchConn(status) })
 	a.state = stateStarted
-	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics)
+	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics, "fanout", len(a.fanout) > 0)
 	return nil
 }
 
@@ -323,21 +346,36 @@ func (a *Agent) keepAliveTick() time.Duration {
 }
 
 // consumerConfig returns the durable consumer of priority p with the
-// agent's policy and topics.
-func (a *Agent) consumerConfig(p wire.Priority, topics []string) (jetstream.ConsumerConfig, error) {
-	cfg, err := ConsumerConfig(a.opts.scheme, a.id, p, a.opts.policies[p], topics)
+// agent's policy.
+func (a *Agent) consumerConfig(p wire.Priority) (jetstream.ConsumerConfig, error) {
+	cfg, err := ConsumerConfig(a.opts.scheme, a.id, p, a.opts.policies[p])
 	cfg.SampleFrequency = a.opts.sampleFreq
 	return cfg, err
 }
 
+// fanoutConfig returns the agent's fan-out consumer of class with topics.
+func (a *Agent) fanoutConfig(class string, topics []string) (jetstream.ConsumerConfig, error) {
+	cfg, err := FanoutConsumerConfig(a.opts.scheme, a.id, class, a.opts.policies[fanoutPolicy(class)], topics)
+	cfg.SampleFrequency = a.opts.sampleFreq
+	return cfg, err
+}
+
+// fanoutPolicy is the priority whose delivery policy a fan-out class
+// uses: its highest.
+func fanoutPolicy(class string) wire.Priority {
+	return wire.Priority(subjects.FanoutPriorities(class)[0])
+}
+
 // ConsumerConfig returns the durable consumer of agent id at priority p:
-// named "<id>_<priority>", filtering the agent's direct subject, broadcasts
-// and the given topics at p, with explicit acks, policy's BackOff and
-// MaxDeliver, and every ack sampled for the monitor; policy's zero fields
-// take p's defaults, as with [WithPolicy]. An administrator who
+// named "<id>_<priority>", filtering the agent's direct subject at p, with
+// explicit acks, policy's BackOff and MaxDeliver, and every ack sampled
+// for the monitor; policy's zero fields take p's defaults, as with
+// [WithPolicy]. It delivers every stored message, so a message sent
+// before the agent first started is handled. An administrator who
 // provisions consumers for agents without that right
-// ([WithProvisioning](false)) creates exactly these.
-func ConsumerConfig(s subjects.Scheme, id string, p wire.Priority, policy DeliveryPolicy, topics []string) (jetstream.ConsumerConfig, error) {
+// ([WithProvisioning](false)) creates exactly these, and the fan-out
+// ones of [FanoutConsumerConfig].
+func ConsumerConfig(s subjects.Scheme, id string, p wire.Priority, policy DeliveryPolicy) (jetstream.ConsumerConfig, error) {
 	policy = policy.withDefaults(p)
 	if err := policy.validate(p); err != nil {
 		return jetstream.ConsumerConfig{}, err
@@ -347,19 +385,10 @@ func ConsumerConfig(s subjects.Scheme, id string, p wire.Priority, policy Delive
 		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	direct, _ := s.DirectFilter(id, string(p)) // tokens validated above
-	broadcast, _ := s.BroadcastFilter(string(p))
-	filters := []string{direct, broadcast}
-	for _, t := range topics {
-		f, err := s.TopicFilter(t, string(p))
-		if err != nil {
-			return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
-		}
-		filters = append(filters, f)
-	}
 	return jetstream.ConsumerConfig{
 		Durable:         name,
 		Description:     fmt.Sprintf("agentmesh agent %s, %s priority", id, p),
-		FilterSubjects:  filters,
+		FilterSubject:   direct,
 		DeliverPolicy:   jetstream.DeliverAllPolicy,
 		AckPolicy:       jetstream.AckExplicitPolicy,
 		AckWait:         policy.BackOff[0],
@@ -370,10 +399,51 @@ func ConsumerConfig(s subjects.Scheme, id string, p wire.Priority, policy Delive
 	}, nil
 }
 
+// FanoutConsumerConfig returns the durable fan-out consumer of agent id
+// for class (see [subjects.FanoutClasses]): named "<id>_fanout-<class>",
+// filtering the broadcasts and the given topics at the class's
+// priorities, with policy (the delivery policy of the class's highest
+// priority). Created, it delivers only messages published from then on:
+// a new agent gets no history of broadcasts and topics, while an agent
+// that restarts continues where its consumer left off.
+func FanoutConsumerConfig(s subjects.Scheme, id, class string, policy DeliveryPolicy, topics []string) (jetstream.ConsumerConfig, error) {
+	name, err := s.FanoutConsumer(id, class)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	p := fanoutPolicy(class)
+	policy = policy.withDefaults(p)
+	if err := policy.validate(p); err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	filters, err := s.FanoutFilters(class, topics)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	return jetstream.ConsumerConfig{
+		Durable:         name,
+		Description:     fmt.Sprintf("agentmesh agent %s, %s broadcasts and topics", id, class),
+		FilterSubjects:  filters,
+		DeliverPolicy:   jetstream.DeliverNewPolicy,
+		AckPolicy:       jetstream.AckExplicitPolicy,
+		AckWait:         policy.BackOff[0],
+		BackOff:         slices.Clone(policy.BackOff),
+		MaxDeliver:      policy.MaxDeliver,
+		MaxAckPending:   policy.MaxAckPending,
+		SampleFrequency: "100",
+	}, nil
+}
+
 // bindConsumer creates or updates (when provisioning) or looks up the
-// consumer of priority p.
-func (a *Agent) bindConsumer(ctx context.Context, p wire.Priority, topics []string) (jetstream.Consumer, error) {
-	cfg, err := a.consumerConfig(p, topics)
+// consumer of spec.
+func (a *Agent) bindConsumer(ctx context.Context, spec queueSpec, topics []string) (jetstream.Consumer, error) {
+	var cfg jetstream.ConsumerConfig
+	var err error
+	if spec.class != "" {
+		cfg, err = a.fanoutConfig(spec.class, topics)
+	} else {
+		cfg, err = a.consumerConfig(spec.priority)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -388,6 +458,19 @@ func (a *Agent) bindConsumer(ctx context.Context, p wire.Priority, topics []stri
 		return nil, fmt.Errorf("agentkit: consumer %s on %s: %w", cfg.Durable, stream, err)
 	}
 	return cons, nil
+}
+
+// fanoutActions returns the actions the agent handles when they come as
+// a broadcast or topic message: those of WithFanoutActions that have a
+// handler, or every handled action.
+func (a *Agent) fanoutActions() map[string]bool {
+	out := map[string]bool{}
+	for action := range a.handlers {
+		if a.opts.fanoutActions == nil || slices.Contains(a.opts.fanoutActions, action) {
+			out[action] = true
+		}
+	}
+	return out
 }
 
 // EnsureStream creates the stream described by cfg unless a stream of that
@@ -408,9 +491,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 }
 
 // Subscribe adds topic to the agent's subscriptions. On a started agent it
-// updates the consumers at once; messages published on the topic from then
-// on are delivered to the agent's handlers by action. All instances of an
-// agent share its subscriptions.
+// updates the fan-out consumers at once; messages published on the topic
+// from then on are delivered to the agent's handlers by action (those of
+// [WithFanoutActions]; others are acked as [OutcomeIgnored]). The
+// consumers change in place, so a message published during the switch
+// is delivered once or, before it, not at all. All instances of an agent
+// share its subscriptions. An agent that handles no fan-out action has no
+// fan-out consumer: its topics take effect when it starts with one.
 func (a *Agent) Subscribe(ctx context.Context, topic string) error {
 	return a.changeTopics(ctx, topic, true)
 }
@@ -437,8 +524,11 @@ func (a *Agent) changeTopics(ctx context.Context, topic string, add bool) error 
 		if !a.opts.provision {
 			return fmt.Errorf("%w: topics cannot change without provisioning rights", ErrInvalidOption)
 		}
-		for _, p := range queueOrder {
-			if _, err := a.bindConsumer(ctx, p, topics); err != nil {
+		for _, spec := range queueOrder {
+			if spec.class == "" || len(a.fanout) == 0 {
+				continue
+			}
+			if _, err := a.bindConsumer(ctx, spec, topics); err != nil {
 				return err
 			}
 		}

@@ -127,7 +127,7 @@ func rawStream(b *testing.B) (jetstream.StreamConfig, jetstream.ConsumerConfig, 
 func meshStream(b *testing.B) (jetstream.StreamConfig, jetstream.ConsumerConfig, string) {
 	scheme, _ := subjects.New(fmt.Sprintf("raw%d_%d", b.N, time.Now().UnixNano()))
 	p := wire.PriorityNormal
-	cons, err := agentkit.ConsumerConfig(scheme, "receiver", p, agentkit.DefaultPolicies()[p], nil)
+	cons, err := agentkit.ConsumerConfig(scheme, "receiver", p, agentkit.DefaultPolicies()[p])
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
@@ -27,11 +27,11 @@ import (
 // into the queue, where the scanner keeps it alive (see waiting), as it
 // does a reply while read fetches its large envelope. When the server
 // ends an iterator (see reopen), read opens another one.
-func (a *Agent) read(p wire.Priority, src *source, out chan<- *delivery) {
+func (a *Agent) read(src *source, out chan<- *delivery) {
 	it := src.current()
 	retry := reopenBackOff()
-	failing := &a.failing[slices.Index(queueOrder, p)] // what Err reports while the server turns the reader away
-	failed := false                                    // the last Next failed
+	failing := &a.failing[src.queue] // what Err reports while the server turns the reader away
+	failed := false                  // the last Next failed
 	for {
 		msg, err := it.Next()
 		switch {
@@ -50,12 +50,12 @@ func (a *Agent) read(p wire.Priority, src *source, out chan<- *delivery) {
 			if !ok {
 				return
 			}
-			if it = a.reopen(p, src, n, failed, retry); it == nil {
+			if it = a.reopen(src, n, failed, retry); it == nil {
 				return
 			}
 			continue
 		default:
-			err = fmt.Errorf("agentkit: %s consumer of %s: %w", p, a.id, err)
+			err = fmt.Errorf("agentkit: %s consumer of %s: %w", src.label(), a.id, err)
 			failing.Store(&err)
 			a.asyncError(err)
 			failed = true
@@ -65,9 +65,12 @@ func (a *Agent) read(p wire.Priority, src *source, out chan<- *delivery) {
 		if h.Get(headerPinID) != "" {
 			src.repin.Store(true) // nats.go took it for a pin; receive terminates the message
 		}
-		d := &delivery{msg: msg, priority: p, src: src, task: h.Get(wire.HeaderTaskID), lastProgress: time.Now()}
+		d := &delivery{msg: msg, priority: src.spec.priority, src: src, task: h.Get(wire.HeaderTaskID), lastProgress: time.Now()}
 		if md, err := msg.Metadata(); err == nil {
 			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
+		}
+		if src.spec.class != "" && !a.admitFanout(d, h) {
+			continue
 		}
 		if h.Get(wire.HeaderInReplyTo) != "" {
 			src.waiting.add(d) // kept alive while a large reply is fetched
@@ -101,7 +104,7 @@ func (a *Agent) read(p wire.Priority, src *source, out chan<- *delivery) {
 // reports missing heartbeats, one per pull expiry) and reads again once
 // the server serves it. It returns nil once src is stopped (which ends a
 // pause at once) or the connection is closing.
-func (a *Agent) reopen(p wire.Priority, src *source, n int, failed bool, retry backoff.BackOff) jetstream.MessagesContext {
+func (a *Agent) reopen(src *source, n int, failed bool, retry backoff.BackOff) jetstream.MessagesContext {
 	for {
 		if failed && !src.pause(retry.NextBackOff()) {
 			return nil
@@ -112,14 +115,38 @@ func (a *Agent) reopen(p wire.Priority, src *source, n int, failed bool, retry b
 		if err == nil {
 			return it
 		}
-		err = fmt.Errorf("agentkit: consume %s for %s: %w", p, a.id, err)
-		a.failing[slices.Index(queueOrder, p)].Store(&err)
+		err = fmt.Errorf("agentkit: consume %s for %s: %w", src.label(), a.id, err)
+		a.failing[src.queue].Store(&err)
 		a.asyncError(err)
 		if a.nc.IsClosed() || a.nc.IsDraining() {
 			return nil // nats.go never reopens a connection
 		}
 		failed = true
 	}
+}
+
+// admitFanout reports whether the fan-out message d (with headers h) goes
+// on to a worker. The reader acks without decoding what is not for this
+// agent: its own broadcast or topic message, and one whose Mesh-Action
+// header names an action the agent does not handle (a header that lies
+// about the action only gets its own sender's message ignored; a message
+// without the header is checked by its envelope, in handle). d takes the
+// priority its subject names, for hooks and logs.
+func (a *Agent) admitFanout(d *delivery, h nats.Header) bool {
+	sub, err := a.opts.scheme.Parse(d.msg.Subject())
+	if err != nil {
+		return true // receive terminates it as invalid
+	}
+	d.priority = wire.Priority(sub.Priority)
+	switch {
+	case sub.Sender == a.id:
+		a.settleAck(d, OutcomeOwn)
+		return false
+	case h.Get(wire.HeaderAction) != "" && !a.fanout[h.Get(wire.HeaderAction)]:
+		a.settleAck(d, OutcomeIgnored)
+		return false
+	}
+	return true
 }
 
 // room waits until out holds fewer messages than src's target (see
@@ -278,9 +305,11 @@ func (a *Agent) next(queues []chan *delivery) (*delivery, bool) {
 	if d := poll(queues); d != nil {
 		return d, true
 	}
-	if len(queues) == 1 {
+	if len(queues) == 2 {
 		select {
 		case d := <-queues[0]:
+			return d, true
+		case d := <-queues[1]:
 			return d, true
 		case <-a.quit:
 		}
@@ -295,6 +324,10 @@ func (a *Agent) next(queues []chan *delivery) (*delivery, bool) {
 		case d := <-queues[3]:
 			return d, true
 		case d := <-queues[4]:
+			return d, true
+		case d := <-queues[5]:
+			return d, true
+		case d := <-queues[6]:
 			return d, true
 		case <-a.quit:
 		}
@@ -459,6 +492,12 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 	}
 	defer a.handled.end(d.seq)
 	h := a.handler(d.env.Action)
+	if d.subject.Kind != subjects.KindDirect && !a.fanout[d.env.Action] {
+		// Broadcasts and topics reach every agent that listens: one not
+		// meant for this agent's handlers is no failure of anyone's.
+		a.settleAck(d, OutcomeIgnored)
+		return true
+	}
 	if h == nil {
 		a.settle(d, Reject(wire.CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
 		return true

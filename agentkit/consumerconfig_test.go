@@ -16,7 +16,7 @@ func TestConsumerConfig_ZeroFieldsTakeDefaults(t *testing.T) {
 	t.Parallel()
 	for _, p := range wire.Priorities {
 		def := agentkit.DefaultPolicies()[p]
-		cfg, err := agentkit.ConsumerConfig(subjects.Default, "a", p, agentkit.DeliveryPolicy{}, nil)
+		cfg, err := agentkit.ConsumerConfig(subjects.Default, "a", p, agentkit.DeliveryPolicy{})
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}

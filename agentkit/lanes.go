@@ -3,8 +3,6 @@ package agentkit
 import (
 	"sync"
 	"time"
-
-	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // lanes serialises the messages of each task: the reader, which sees a
@@ -19,14 +17,14 @@ type lanes struct {
 }
 
 type laneKey struct {
-	p    wire.Priority
+	src  *source
 	task string
 }
 
 // enter reports whether d may run now; if not, d is queued, and the lane
 // keeps it alive.
 func (l *lanes) enter(d *delivery) bool {
-	k := laneKey{d.priority, d.task}
+	k := laneKey{d.src, d.task}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
@@ -46,7 +44,7 @@ func (l *lanes) enter(d *delivery) bool {
 // moves to its source's waiting set, which keeps it alive until its
 // handler starts (see Agent.handle).
 func (l *lanes) leave(d *delivery) *delivery {
-	k := laneKey{d.priority, d.task}
+	k := laneKey{d.src, d.task}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.m[k]

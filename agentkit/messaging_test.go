@@ -201,7 +201,8 @@ func TestBroadcast_FiveAgents(t *testing.T) {
 	for i := range recs {
 		m.started(fmt.Sprintf("agent%d", i), map[string]agentkit.HandlerFunc{"shutdown_notice": recs[i].handle(nil)})
 	}
-	ops := m.started("ops", nil)
+	var own recorder
+	ops := m.started("ops", map[string]agentkit.HandlerFunc{"shutdown_notice": own.handle(nil)})
 	if _, err := ops.Broadcast(ctx(t), "shutdown_notice", map[string]int{"countdown": 30}, agentkit.WithPriority(wire.PriorityCritical)); err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +215,9 @@ func TestBroadcast_FiveAgents(t *testing.T) {
 		return true
 	})
 	eventually(t, 5*time.Second, "sender skips its own broadcast", func() bool { return ops.Stats().Outcomes[agentkit.OutcomeOwn] == 1 })
+	if own.count() != 0 {
+		t.Errorf("the sender handled its own broadcast %d times", own.count())
+	}
 }
 
 func TestSend_SameMessageIDHandledOnce(t *testing.T) {

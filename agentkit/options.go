@@ -33,6 +33,7 @@ type options struct {
 	replicas       int
 	provision      bool
 	topics         []string
+	fanoutActions  []string // nil: every handled action
 	doubleAck      bool
 	publishTimeout time.Duration
 	attemptTimeout time.Duration // derived from publishTimeout in New
@@ -187,6 +188,27 @@ func WithTopics(topics ...string) Option {
 			}
 		}
 		o.topics = append(o.topics, topics...)
+		return nil
+	})
+}
+
+// WithFanoutActions declares which actions the agent handles when they
+// come as a broadcast or a topic message; a fan-out message with any other
+// action is acked unhandled and counted as [OutcomeIgnored], never
+// terminated, dead-lettered or counted against the agent (a broadcast
+// reaches every agent, and most have no business with most of them).
+// Without this option every action with a handler is handled from
+// fan-out too. Declaring none (WithFanoutActions()) gives the agent no
+// fan-out consumers at all, so the broker sends it no broadcast or topic
+// message: the cheapest setting for agents that only take direct work.
+func WithFanoutActions(actions ...string) Option {
+	return optionFunc(func(o *options) error {
+		for _, a := range actions {
+			if err := wire.ValidateAction(a); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+			}
+		}
+		o.fanoutActions = append([]string{}, actions...)
 		return nil
 	})
 }

@@ -77,7 +77,7 @@ func startReopen(t *testing.T, pol agentkit.DeliveryPolicy) *reopenRig {
 	if r.js, err = jetstream.New(r.m.conn()); err != nil {
 		t.Fatal(err)
 	}
-	if r.cfg, err = agentkit.ConsumerConfig(subjects.Default, "recv", wire.PriorityNormal, pol, nil); err != nil {
+	if r.cfg, err = agentkit.ConsumerConfig(subjects.Default, "recv", wire.PriorityNormal, pol); err != nil {
 		t.Fatal(err)
 	}
 	return r

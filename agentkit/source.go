@@ -25,6 +25,8 @@ import (
 // rejects their pull requests (see Agent.reopen). Stop and Drain act on
 // the current iterator and keep a next one from opening.
 type source struct {
+	spec    queueSpec
+	queue   int // the index of spec in queueOrder: its queue and failing slot
 	cons    jetstream.Consumer
 	bind    func(context.Context) (jetstream.Consumer, error) // a fresh handle on the same consumer
 	repin   atomic.Bool                                       // a message carried Nats-Pin-Id: reopen on a fresh handle
@@ -40,15 +42,23 @@ type source struct {
 	done    chan struct{} // closed with stopped set: ends the reader's pause
 }
 
-func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.Consumer, error), policy DeliveryPolicy, workers int) (*source, error) {
-	s := &source{cons: cons, bind: bind, policy: policy, workers: workers,
+func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.Consumer, error), spec queueSpec, queue int, policy DeliveryPolicy, workers int) (*source, error) {
+	s := &source{spec: spec, queue: queue, cons: cons, bind: bind, policy: policy, workers: workers,
 		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1), done: make(chan struct{})}
 	it, err := s.open(policy.Prefetch)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	s.it = it
 	return s, nil
+}
+
+// label names the source in errors: its priority, or its fan-out class.
+func (s *source) label() string {
+	if s.spec.class != "" {
+		return s.spec.class + " fan-out"
+	}
+	return string(s.spec.priority)
 }
 
 func (s *source) open(size int) (jetstream.MessagesContext, error) {

@@ -19,6 +19,7 @@ const (
 	OutcomeReply             Outcome = "reply"              // a response or ack delivered to a waiting Request/SendAndWait
 	OutcomeLateReply         Outcome = "late_reply"         // a response nobody waits for any more; acked and dropped
 	OutcomeOwn               Outcome = "own"                // the agent's own broadcast or topic message; acked
+	OutcomeIgnored           Outcome = "ignored"            // a broadcast or topic message whose action the agent does not handle; acked
 	OutcomePanic             Outcome = "panic"              // a handler panicked (also counted as nak)
 	OutcomeCapabilityMissing Outcome = "capability_missing" // no handler for the action (also counted as term)
 	OutcomeReroute           Outcome = "reroute"            // forwarded to another agent by Reroute; acked
@@ -28,7 +29,7 @@ const (
 
 // Outcomes lists every outcome.
 var Outcomes = []Outcome{OutcomeAck, OutcomeNak, OutcomeTerm, OutcomeInvalid, OutcomeExpired,
-	OutcomeReply, OutcomeLateReply, OutcomeOwn, OutcomePanic, OutcomeCapabilityMissing, OutcomeReroute, OutcomeFallback, OutcomeDuplicate}
+	OutcomeReply, OutcomeLateReply, OutcomeOwn, OutcomeIgnored, OutcomePanic, OutcomeCapabilityMissing, OutcomeReroute, OutcomeFallback, OutcomeDuplicate}
 
 type outcome int
 
@@ -40,7 +41,7 @@ const (
 )
 
 type counters struct {
-	n              [13]atomic.Uint64 // indexed like Outcomes
+	n              [14]atomic.Uint64 // indexed like Outcomes
 	publishRetries atomic.Uint64
 	publishDups    atomic.Uint64
 	fastBatched    atomic.Uint64
@@ -97,8 +98,10 @@ func (a *Agent) Stats() Stats {
 	}
 	if sources := a.sources.Load(); sources != nil {
 		s.Prefetch = make(map[wire.Priority]int, len(*sources))
-		for i, src := range *sources {
-			s.Prefetch[queueOrder[i]] = src.prefetch()
+		for _, src := range *sources {
+			if src.spec.class == "" {
+				s.Prefetch[src.spec.priority] = src.prefetch()
+			}
 		}
 	}
 	return s

@@ -59,6 +59,14 @@ func ExampleGenerate() {
 	//   $JS.API.CONSUMER.INFO.MESH.planner_batch
 	//   $JS.ACK.MESH.planner_batch.>
 	//   $JS.ACK.*.*.MESH.planner_batch.>
+	//   $JS.API.CONSUMER.MSG.NEXT.MESH.planner_fanout-urgent
+	//   $JS.API.CONSUMER.INFO.MESH.planner_fanout-urgent
+	//   $JS.ACK.MESH.planner_fanout-urgent.>
+	//   $JS.ACK.*.*.MESH.planner_fanout-urgent.>
+	//   $JS.API.CONSUMER.MSG.NEXT.MESH.planner_fanout-bulk
+	//   $JS.API.CONSUMER.INFO.MESH.planner_fanout-bulk
+	//   $JS.ACK.MESH.planner_fanout-bulk.>
+	//   $JS.ACK.*.*.MESH.planner_fanout-bulk.>
 	// planner may subscribe: [_INBOX_planner.>]
 	// auth: invalid spec: agent 1 "bad.id": subjects: invalid agent id "bad.id": character '.' at byte 3 is not in [A-Za-z0-9_-]
 }

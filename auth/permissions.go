@@ -24,7 +24,8 @@ type Permissions struct {
 func InboxPrefix(name string) string { return subjects.InboxPrefix(name) }
 
 // agentPermissions returns the permissions of agent id: publish only as
-// itself, consume, ack and inspect only its own five durable consumers,
+// itself, consume, ack and inspect only its own durable consumers (five direct,
+// two fan-out),
 // replies only on its private inbox, and, when o asks for it, the registry
 // and payload store rights agentkit needs.
 func agentPermissions(s subjects.Scheme, id string, o Options) *Permissions {
@@ -37,8 +38,16 @@ func agentPermissions(s subjects.Scheme, id string, o Options) *Permissions {
 	// Consuming: each consumer named exactly, never "<id>_*", which would
 	// also match the consumers of an agent whose id starts with "<id>_".
 	stream := s.Stream()
+	var consumers []string
 	for _, prio := range subjects.Priorities {
 		c, _ := s.Consumer(id, prio)
+		consumers = append(consumers, c)
+	}
+	for _, class := range subjects.FanoutClasses {
+		c, _ := s.FanoutConsumer(id, class)
+		consumers = append(consumers, c)
+	}
+	for _, c := range consumers {
 		p.Publish = append(p.Publish,
 			subjects.API("CONSUMER", "MSG", "NEXT", stream, c),
 			subjects.API("CONSUMER", "INFO", stream, c),

@@ -49,11 +49,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 	}
 	stream := scheme.Stream()
 	for _, a := range agents {
-		for _, p := range wire.Priorities {
-			cfg, err := ConsumerConfig(scheme, a, p, policies[p])
-			if err != nil {
-				return err
-			}
+		cfgs, err := ConsumerConfigs(scheme, a, policies)
+		if err != nil {
+			return err
+		}
+		for _, cfg := range cfgs {
 			if opts.SampleFrequency != "" {
 				cfg.SampleFrequency = opts.SampleFrequency
 			}
@@ -78,18 +78,29 @@ func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 	return nil
 }
 
-// ConsumerConfig returns the durable consumer of agent a at priority p
-// exactly as agentkit's Start creates it: named "<id>_<priority>",
-// filtering the agent's direct subject, broadcasts and a's topics at p,
-// explicit acks, every delivery attempt's ack timeout from pol.BackOff,
-// and every ack sampled for the monitor.
-//
-// It is [agentkit.ConsumerConfig] for a spec, so provisioned consumers are
-// exactly those agentkit would create.
-func ConsumerConfig(s subjects.Scheme, a AgentSpec, p wire.Priority, pol agentkit.DeliveryPolicy) (jetstream.ConsumerConfig, error) {
-	cfg, err := agentkit.ConsumerConfig(s, a.ID, p, pol, a.Topics)
-	if err != nil {
-		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: agent %q: %w", ErrInvalidSpec, a.ID, err)
+// ConsumerConfigs returns the durable consumers of agent a exactly as
+// agentkit's Start creates them: one per priority ("<id>_<priority>",
+// [agentkit.ConsumerConfig]) filtering its direct messages, and one per
+// fan-out class ("<id>_fanout-<class>", [agentkit.FanoutConsumerConfig])
+// filtering broadcasts and a's topics, with the policies given (a
+// priority missing takes its default). An agent started with
+// agentkit.WithFanoutActions() and no action binds none of the fan-out
+// ones; the others bind both.
+func ConsumerConfigs(s subjects.Scheme, a AgentSpec, policies map[wire.Priority]agentkit.DeliveryPolicy) ([]jetstream.ConsumerConfig, error) {
+	var out []jetstream.ConsumerConfig
+	for _, p := range wire.Priorities {
+		cfg, err := agentkit.ConsumerConfig(s, a.ID, p, policies[p])
+		if err != nil {
+			return nil, fmt.Errorf("%w: agent %q: %w", ErrInvalidSpec, a.ID, err)
+		}
+		out = append(out, cfg)
 	}
-	return cfg, nil
+	for _, class := range subjects.FanoutClasses {
+		cfg, err := agentkit.FanoutConsumerConfig(s, a.ID, class, policies[wire.Priority(subjects.FanoutPriorities(class)[0])], a.Topics)
+		if err != nil {
+			return nil, fmt.Errorf("%w: agent %q: %w", ErrInvalidSpec, a.ID, err)
+		}
+		out = append(out, cfg)
+	}
+	return out, nil
 }

@@ -187,7 +187,7 @@ func rawMeshThroughput(ctx context.Context, env *runEnv, agents int) (*measureme
 	p := wire.PriorityNormal
 	return throughput(ctx, env, cs, js, streamCfg.Name, agents, func(i int) (jetstream.ConsumerConfig, string, error) {
 		id := fmt.Sprintf("r%d", i)
-		cfg, err := agentkit.ConsumerConfig(scheme, id, p, agentkit.DefaultPolicies()[p], nil)
+		cfg, err := agentkit.ConsumerConfig(scheme, id, p, agentkit.DefaultPolicies()[p])
 		if err != nil {
 			return cfg, "", err
 		}

@@ -32,7 +32,7 @@ func TestAddOutcomes(t *testing.T) {
 	if err := agentkit.EnsureStream(ctx, js, agentkit.StreamConfig(s, 1)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := agentkit.ConsumerConfig(s, "planner_1", wire.PriorityHigh, agentkit.DefaultPolicies()[wire.PriorityHigh], nil)
+	cfg, err := agentkit.ConsumerConfig(s, "planner_1", wire.PriorityHigh, agentkit.DefaultPolicies()[wire.PriorityHigh])
 	if err != nil {
 		t.Fatal(err)
 	}
