@@ -263,23 +263,31 @@ func WithStopGrace(d time.Duration) Option {
 }
 
 // StreamConfig returns the configuration of the message stream for scheme:
-// Limits retention (terminated and exhausted messages stay readable for
-// escalation and replay), 7 days MaxAge, a 2 minute duplicate window, fast
-// batch publish (for [Agent.SendBatch]) and the given replica count.
+// its exact subjects, Limits retention (terminated and exhausted messages
+// stay readable for escalation and replay), 7 days MaxAge, a 2 minute
+// duplicate window, fast batch publish (for [Agent.SendBatch]), room for
+// [MaxStreamConsumers] consumers and the given replica count.
 func StreamConfig(scheme subjects.Scheme, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:        scheme.Stream(),
-		Description: "agentmesh messages",
-		Subjects:    scheme.StreamSubjects(),
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		MaxAge:      7 * 24 * time.Hour,
-		Duplicates:  2 * time.Minute,
-		Replicas:    replicas,
+		Name:         scheme.Stream(),
+		Description:  "agentmesh messages",
+		Subjects:     scheme.StreamSubjects(),
+		Retention:    jetstream.LimitsPolicy,
+		Storage:      jetstream.FileStorage,
+		MaxAge:       7 * 24 * time.Hour,
+		Duplicates:   2 * time.Minute,
+		MaxConsumers: MaxStreamConsumers,
+		Replicas:     replicas,
 		// SendBatch's fast path (batchpub.go); servers before 2.14 ignore it.
 		AllowBatchPublish: true,
 	}
 }
+
+// MaxStreamConsumers is the message stream's own consumer limit. Every
+// agent has up to seven consumers on it (five direct, two fan-out), and a
+// server applies its default limit, 1,000 per stream, only to streams
+// that set none: that default would stop a mesh at about 140 agents.
+const MaxStreamConsumers = 100_000
 
 // WithRegistration says whether Start registers the agent in the registry
 // and heartbeats (true, the default). Agents that only send may turn it off.
