@@ -70,11 +70,13 @@ type Agent struct {
 
 	lanes lanes // per-task ordering
 
-	instance  string       // this instance's registry key suffix
-	registry  *Registry    // set by Start when registration is on
-	inFlight  atomic.Int64 // handlers running, for load and BUSY
-	heartbeat sync.WaitGroup
-	hbDone    chan struct{}
+	instance string    // this instance's registry key suffix
+	registry *Registry // set by Start when registration is on: shared by the agents on nc
+	// releaseRegistry gives the registry back (see acquireRegistry).
+	releaseRegistry func()
+	inFlight        atomic.Int64 // handlers running, for load and BUSY
+	heartbeat       sync.WaitGroup
+	hbDone          chan struct{}
 	// announceMu orders a heartbeat's status against shutdown's STOPPING,
 	// so a READY decided before the stop cannot land after it.
 	announceMu sync.Mutex
@@ -244,13 +246,13 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 	}
 	if a.opts.register {
-		reg, err := OpenRegistry(ctx, a.js, a.opts.scheme, a.opts.replicas, a.opts.provision)
+		reg, release, err := acquireRegistry(ctx, a.nc, a.js, a.opts.scheme, a.opts.replicas, a.opts.provision)
 		if err != nil {
 			return err
 		}
-		a.registry = reg
+		a.registry, a.releaseRegistry = reg, release
 		if err := a.announce(ctx, StatusInitializing); err != nil {
-			reg.Close()
+			release()
 			return err
 		}
 		if rec, ok := reg.Get(a.id); ok && rec.Degraded {
@@ -267,7 +269,7 @@ func (a *Agent) start(ctx context.Context) error {
 			s.stop(false)
 		}
 		if a.registry != nil {
-			a.registry.Close()
+			a.releaseRegistry()
 		}
 	}
 	for q, spec := range queueOrder {
@@ -766,7 +768,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 			a.asyncError(err)
 		}
 		cancel()
-		a.registry.Close()
+		a.releaseRegistry()
 	}
 	a.mu.Lock()
 	a.state = stateStopped
@@ -835,7 +837,8 @@ func (a *Agent) ConsumerInfo(ctx context.Context, p wire.Priority) (*jetstream.C
 }
 
 // Registry returns the registry view the agent keeps while started (nil
-// before Start or with registration off).
+// before Start or with registration off). The agents on one connection
+// share one view, so it is theirs to close: do not Close it.
 func (a *Agent) Registry() *Registry {
 	a.mu.Lock()
 	defer a.mu.Unlock()
