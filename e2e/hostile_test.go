@@ -379,10 +379,18 @@ func hostileCorpus() []hostileCase {
 	)
 	// Subjects with bad tokens that mallory's permissions (mesh.agent.*.*.mallory,
 	// mesh.topic.*.*.mallory, mesh.broadcast.*.mallory) allow, and some they do not.
+	// A priority token outside the five matches no subject of the stream:
+	// the server refuses it. Other bad tokens are stored, and no consumer
+	// filters them.
 	for _, s := range []string{
-		"mesh.agent.planner.URGENT.mallory", "mesh.agent.planner.Normal.mallory", "mesh.agent.PLANNER.normal.mallory",
-		"mesh.agent.plänner.normal.mallory", "mesh.agent.planner.critical!.mallory", "mesh.agent." + big(3000, "p") + ".normal.mallory",
-		"mesh.broadcast.URGENT.mallory", "mesh.topic.news.URGENT.mallory", "mesh.topic.n$ws.normal.mallory",
+		"mesh.agent.planner.URGENT.mallory", "mesh.agent.planner.Normal.mallory", "mesh.agent.planner.critical!.mallory",
+		"mesh.broadcast.URGENT.mallory", "mesh.topic.news.URGENT.mallory",
+	} {
+		add(hostileCase{category: "subject: bad token", name: clipText(s, 60), subject: s, want: []string{outRefused}})
+	}
+	for _, s := range []string{
+		"mesh.agent.PLANNER.normal.mallory", "mesh.agent.plänner.normal.mallory", "mesh.agent." + big(3000, "p") + ".normal.mallory",
+		"mesh.topic.n$ws.normal.mallory",
 	} {
 		add(hostileCase{category: "subject: bad token", name: clipText(s, 60), subject: s, want: unrouted})
 	}
@@ -626,8 +634,16 @@ func TestHostilePeers(t *testing.T) {
 	consumerOf := map[string]string{}
 	victimConsumers := map[string]bool{}
 	for _, id := range hostileVictims {
+		var names []string
 		for _, p := range wire.Priorities {
 			name, _ := subjects.Default.Consumer(id, string(p))
+			names = append(names, name)
+		}
+		for _, class := range subjects.FanoutClasses {
+			name, _ := subjects.Default.FanoutConsumer(id, class)
+			names = append(names, name)
+		}
+		for _, name := range names {
 			info, err := m.consumerInfo(ctx, name)
 			if err != nil {
 				t.Fatalf("consumer %s: %v", name, err)
