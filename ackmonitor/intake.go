@@ -95,11 +95,13 @@ func (in *intake) parseAdvisory(subject string, data []byte) (store.Event, bool)
 		in.cfg.Logger.Warn("undecodable consumer event", "subject", subject, "err", err)
 		return store.Event{}, false
 	}
-	agent, prio, err := in.cfg.Scheme.ParseConsumer(ev.Consumer)
+	// A fan-out consumer's event has no priority: the consumer reads
+	// several, and the ledger row takes its message's from the send.
+	c, err := in.cfg.Scheme.ParseConsumerName(ev.Consumer)
 	if err != nil {
 		return store.Event{}, false // not an agent consumer (e.g. the monitor's own)
 	}
-	return store.Event{ID: a.ID, Kind: eventKinds[ev.Kind], Consumer: ev.Consumer, Receiver: agent, Priority: prio,
+	return store.Event{ID: a.ID, Kind: eventKinds[ev.Kind], Consumer: ev.Consumer, Receiver: c.Agent, Priority: c.Priority,
 		StreamSeq: a.StreamSeq, Deliveries: a.Deliveries, AckTime: time.Duration(a.AckTime), Reason: a.Reason,
 		At: a.Timestamp.UTC()}, true
 }
