@@ -452,6 +452,9 @@ func (a *Agent) bindConsumer(ctx context.Context, spec queueSpec, topics []strin
 	stream := a.opts.scheme.Stream()
 	var cons jetstream.Consumer
 	if a.opts.provision {
+		if spec.class != "" {
+			keepStart(ctx, a.js, stream, &cfg)
+		}
 		cons, err = a.js.CreateOrUpdateConsumer(ctx, stream, cfg)
 	} else {
 		cons, err = a.js.Consumer(ctx, stream, cfg.Durable)
@@ -460,6 +463,19 @@ func (a *Agent) bindConsumer(ctx context.Context, spec queueSpec, topics []strin
 		return nil, fmt.Errorf("agentkit: consumer %s on %s: %w", cfg.Durable, stream, err)
 	}
 	return cons, nil
+}
+
+// keepStart gives cfg the start position of the consumer it updates, if
+// that exists: the server never changes a consumer's deliver policy, and
+// a fan-out consumer that agentmesh migrate or an administrator created
+// may start at a sequence rather than at the stream's end.
+func keepStart(ctx context.Context, js jetstream.JetStream, stream string, cfg *jetstream.ConsumerConfig) {
+	cons, err := js.Consumer(ctx, stream, cfg.Durable)
+	if err != nil {
+		return // none yet (or unreadable: the update reports it)
+	}
+	old := cons.CachedInfo().Config
+	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
 }
 
 // fanoutActions returns the actions the agent handles when they come as

@@ -181,13 +181,13 @@ func TestMigrate_OldMeshToFanout(t *testing.T) {
 		t.Errorf("migrate again changed the consumers:\n%v\nwant\n%v", got, after)
 	}
 
-	// An agent started now handles the three messages stored before, once
-	// each. Without provisioning rights, it reads the consumers migrate
-	// left, as they are.
+	// An agent started now, with provisioning rights as by default, handles
+	// the three messages stored before, once each: its Start updates the
+	// consumers migrate left without moving their start.
 	var mu sync.Mutex
 	handled := map[string]int{}
 	worker, err := agentkit.New(natstest.Connect(t, srv), "worker", agentkit.WithTopics("findings"),
-		agentkit.WithProvisioning(false), agentkit.WithRegistration(false))
+		agentkit.WithRegistration(false))
 	if err != nil {
 		t.Fatal(err)
 	}
