@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,9 +38,15 @@ func TestAuth_GenerateAndProvision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filters := cons.CachedInfo().Config.FilterSubjects
-	if len(filters) != 3 || filters[2] != "mesh.topic.findings.normal.*" {
-		t.Fatalf("planner_1_normal filters %v", filters)
+	if f := cons.CachedInfo().Config.FilterSubject; f != "mesh.agent.planner_1.normal.*" {
+		t.Fatalf("planner_1_normal filters %q", f)
+	}
+	cons, err = js.Consumer(context.Background(), "MESH", "planner_1_fanout-bulk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filters := cons.CachedInfo().Config.FilterSubjects; !slices.Contains(filters, "mesh.topic.findings.normal.*") || !slices.Contains(filters, "mesh.broadcast.batch.*") {
+		t.Fatalf("planner_1_fanout-bulk filters %v", filters)
 	}
 	if code, _, _ := cli(t, "auth", "--out", dir, "bad.id"); code != exitUsage {
 		t.Fatalf("bad id: exit %d, want %d", code, exitUsage)

@@ -1,7 +1,7 @@
 // Command agentmesh is the agentmesh CLI: a demo on an embedded NATS
 // server, an embedded development stack, sending messages, tracing
-// conversations, dead letters, the agent registry, ack statistics and
-// benchmarks.
+// conversations, dead letters, the agent registry, ack statistics,
+// benchmarks and the migration of a mesh created by an older version.
 //
 //	go run ./cmd/agentmesh demo
 //	agentmesh --help
