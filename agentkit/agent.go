@@ -452,10 +452,11 @@ func (a *Agent) bindConsumer(ctx context.Context, spec queueSpec, topics []strin
 	stream := a.opts.scheme.Stream()
 	var cons jetstream.Consumer
 	if a.opts.provision {
-		if spec.class != "" {
-			keepStart(ctx, a.js, stream, &cfg)
-		}
 		cons, err = a.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		var apiErr *jetstream.APIError
+		if spec.class != "" && errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeConsumerCreate && keepStart(ctx, a.js, stream, &cfg) {
+			cons, err = a.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		}
 	} else {
 		cons, err = a.js.Consumer(ctx, stream, cfg.Durable)
 	}
@@ -465,17 +466,25 @@ func (a *Agent) bindConsumer(ctx context.Context, spec queueSpec, topics []strin
 	return cons, nil
 }
 
-// keepStart gives cfg the start position of the consumer it updates, if
-// that exists: the server never changes a consumer's deliver policy, and
-// a fan-out consumer that agentmesh migrate or an administrator created
-// may start at a sequence rather than at the stream's end.
-func keepStart(ctx context.Context, js jetstream.JetStream, stream string, cfg *jetstream.ConsumerConfig) {
+// keepStart gives cfg the start position of the existing consumer it
+// updates and reports whether that differs: the server never changes a
+// consumer's deliver policy, and a fan-out consumer that agentmesh
+// migrate or an administrator created may start at a sequence rather
+// than at the stream's end. Only a refused update asks, so a Start costs
+// no extra round trip.
+func keepStart(ctx context.Context, js jetstream.JetStream, stream string, cfg *jetstream.ConsumerConfig) bool {
 	cons, err := js.Consumer(ctx, stream, cfg.Durable)
 	if err != nil {
-		return // none yet (or unreadable: the update reports it)
+		return false // the update's own error stands
 	}
 	old := cons.CachedInfo().Config
+	sameTime := old.OptStartTime == nil && cfg.OptStartTime == nil ||
+		old.OptStartTime != nil && cfg.OptStartTime != nil && old.OptStartTime.Equal(*cfg.OptStartTime)
+	if old.DeliverPolicy == cfg.DeliverPolicy && old.OptStartSeq == cfg.OptStartSeq && sameTime {
+		return false
+	}
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
+	return true
 }
 
 // fanoutActions returns the actions the agent handles when they come as
