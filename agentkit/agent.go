@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/bound"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -501,10 +502,16 @@ func (a *Agent) fanoutActions() map[string]bool {
 }
 
 // EnsureStream creates the stream described by cfg unless a stream of that
-// name exists; an existing stream is left as its administrator configured it.
+// name exists; an existing stream is left as its administrator configured
+// it, but one with fewer replicas than cfg asks for is an error matching
+// [ErrTooFewReplicas], so an agent or monitor asking for R3 never runs on
+// an R1 stream unawares.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	_, err := js.Stream(ctx, cfg.Name)
+	st, err := js.Stream(ctx, cfg.Name)
 	if err == nil {
+		if err := bucket.EnoughReplicas(cfg.Name, st.CachedInfo().Config.Replicas, cfg.Replicas); err != nil {
+			return fmt.Errorf("agentkit: %w", err)
+		}
 		return nil
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -3,6 +3,7 @@ package agentkit
 import (
 	"errors"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/agentkit/permission"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
@@ -51,6 +52,9 @@ var (
 	// ErrNoFallback: no other READY agent has the capability to take the
 	// message (see [NoFallbackError]).
 	ErrNoFallback = errors.New("agentkit: no fallback agent")
+	// ErrTooFewReplicas: the stream or a bucket the agent opens exists with
+	// fewer replicas than WithReplicas asks for (see [EnsureStream]).
+	ErrTooFewReplicas = bucket.ErrTooFewReplicas
 	// ErrPermissionDenied is [permission.ErrDenied]: the server refused
 	// this connection's credentials a subject (publishing as another
 	// agent, another agent's consumer, a JetStream API call). Not retried.

@@ -21,18 +21,56 @@ import (
 // ErrInvalid: a nil JetStream or a negative replica count.
 var ErrInvalid = errors.New("bucket: invalid argument")
 
+// ErrTooFewReplicas: a stream or bucket exists with fewer replicas than
+// the caller asked for. Opening never changes what exists, and a store
+// running on fewer replicas than its users believe loses what they think
+// is safe when one server fails; scale it up (agentmesh streams
+// --replicas N) or ask for what it has.
+var ErrTooFewReplicas = errors.New("too few replicas")
+
+// CheckReplicas returns an error matching [ErrTooFewReplicas] when stream
+// has fewer than want replicas; it looks the stream up only for want > 1.
+func CheckReplicas(ctx context.Context, js jetstream.JetStream, stream string, want int) error {
+	if want <= 1 {
+		return nil
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	return EnoughReplicas(stream, st.CachedInfo().Config.Replicas, want)
+}
+
+// EnoughReplicas returns an error matching [ErrTooFewReplicas] when have,
+// stream's replica count, is below want.
+func EnoughReplicas(stream string, have, want int) error {
+	if have >= want {
+		return nil
+	}
+	return fmt.Errorf("%w: stream %s has %d, %d asked for (agentmesh streams --replicas %d scales it up)",
+		ErrTooFewReplicas, stream, max(have, 1), want, want)
+}
+
 // KeyValue binds to the KV bucket cfg names. When provision is true a
 // missing bucket is created with cfg (replicas 0 means 1); an existing one
-// is used as it is, whatever its configuration. Without provisioning a
+// is used as it is, whatever its configuration, unless it has fewer
+// replicas than cfg asks for ([ErrTooFewReplicas]). Without provisioning a
 // missing bucket is an error matching jetstream.ErrBucketNotFound. It
 // starts no goroutine.
 func KeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, provision bool) (jetstream.KeyValue, error) {
 	if err := check(js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg.Bucket, provision,
+	kv, err := open(ctx, cfg.Bucket, provision,
 		func() (jetstream.KeyValue, error) { return js.KeyValue(ctx, cfg.Bucket) },
 		func() (jetstream.KeyValue, error) { return js.CreateKeyValue(ctx, cfg) })
+	if err == nil {
+		err = CheckReplicas(ctx, js, subjects.KVStream(cfg.Bucket), cfg.Replicas)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return kv, nil
 }
 
 // ObjectStore is [KeyValue] for an object store.
@@ -40,9 +78,16 @@ func ObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.Obje
 	if err := check(js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg.Bucket, provision,
+	obs, err := open(ctx, cfg.Bucket, provision,
 		func() (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, cfg.Bucket) },
 		func() (jetstream.ObjectStore, error) { return js.CreateObjectStore(ctx, cfg) })
+	if err == nil {
+		err = CheckReplicas(ctx, js, subjects.ObjectStream(cfg.Bucket), cfg.Replicas)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obs, nil
 }
 
 func check(js jetstream.JetStream, replicas int) error {
