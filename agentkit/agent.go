@@ -218,8 +218,9 @@ func (a *Agent) HandleFunc(action string, f func(ctx context.Context, m *Message
 }
 
 // Start provisions the message stream (unless it exists) and the agent's
-// per-priority durable consumers, then starts consuming: one reader
-// goroutine per priority and the handler workers. It is idempotent on the
+// durable consumers (one per priority, and the fan-out ones unless the
+// agent takes no fan-out action), then starts consuming: one reader
+// goroutine per consumer and the handler workers. It is idempotent on the
 // server: instances starting concurrently converge on the same consumers.
 // Start returns once consuming has begun; ctx bounds only the provisioning.
 func (a *Agent) Start(ctx context.Context) error {

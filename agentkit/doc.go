@@ -8,9 +8,12 @@
 //
 // [New] takes an existing *nats.Conn (agentkit never dials) and an agent id.
 // Register a [Handler] per action with [Agent.Handle], then [Agent.Start]:
-// Start provisions the stream MESH (unless it exists) and one durable pull
+// Start provisions the stream MESH (unless it exists), one durable pull
 // consumer per priority, "<agent>_<priority>", filtering the agent's direct
-// subject, broadcasts and subscribed topics at that priority. Several Agent
+// subject at that priority, and two fan-out consumers,
+// "<agent>_fanout-urgent" and "<agent>_fanout-bulk", filtering broadcasts
+// and subscribed topics (created at the stream's end: a new agent gets no
+// history of them; see [WithFanoutActions]). Several Agent
 // values with one id are instances of one agent: they share the consumers
 // and split the work. [Agent.Drain] finishes in-flight work and stops;
 // [Agent.Stop] stops at once and hands in-flight messages back. Both are

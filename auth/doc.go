@@ -49,9 +49,10 @@
 //     the envelope's sender_id against the subject, so the server vouches for
 //     the sender;
 //   - pull requests, INFO requests and acks (in both ack subject formats)
-//     of its own five consumers, each named exactly
-//     ($JS.API.CONSUMER.MSG.NEXT.MESH.X_normal, ...). A pattern like X_*
-//     would also match the consumers of an agent called X_high.
+//     of its own seven consumers (five direct, two fan-out), each named
+//     exactly ($JS.API.CONSUMER.MSG.NEXT.MESH.X_normal, ...,
+//     X_fanout-urgent). A pattern like X_* would also match the consumers
+//     of an agent called X_high.
 //
 // It may subscribe only to its inbox prefix, _INBOX_X.>, which is where
 // JetStream delivers its pulled messages, API answers and publish acks.
