@@ -105,9 +105,9 @@ type Config struct {
 	// than a DLQ stream without a leader lasts in a healthy cluster.
 	FollowUpAttempts int
 	// UnavailableFor is how long an agent reads UNAVAILABLE in the agent
-	// registry after one of its messages exhausted its deliveries (seed
-	// 000: "mark agent as potentially unavailable"), so discovery and
-	// fallback pass it over. The mark in the monitor's own store lasts
+	// registry after one of its messages exhausted its deliveries (the
+	// agent is potentially unavailable), so discovery and fallback pass
+	// it over. The mark in the monitor's own store lasts
 	// until the agent's next ACK. Default 1m; negative: no registry mark.
 	UnavailableFor time.Duration
 	// RollupInterval is how often acknowledgment_metrics is brought up to

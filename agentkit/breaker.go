@@ -31,7 +31,7 @@ type BreakerSettings struct {
 	TimeoutThreshold int
 }
 
-// DefaultBreakerSettings returns the seed values: open after 5 consecutive
+// DefaultBreakerSettings returns the specified defaults: open after 5 consecutive
 // timeouts, half-open after 60s with 3 trial messages, degraded after 3
 // consecutive NACKs, unavailable after 3 consecutive timeouts.
 func DefaultBreakerSettings() BreakerSettings {

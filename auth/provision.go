@@ -33,9 +33,9 @@ type ProvisionOptions struct {
 
 // Provision creates, with administrator credentials, what isolated agents
 // may not create themselves: the message stream (unless it exists, as
-// agentkit's EnsureStream does) and, for every agent, its five durable
+// agentkit's EnsureStream does) and, for every agent, its seven durable
 // consumers with the configuration agentkit would give them
-// ([ConsumerConfig]), created or updated, so re-running Provision after
+// ([ConsumerConfigs]), created or updated, so re-running Provision after
 // changing an agent's topics updates its filters. Agents then run with
 // agentkit.WithProvisioning(false) and bind to these consumers.
 func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, agents []AgentSpec, opts ProvisionOptions) error {

@@ -36,8 +36,9 @@
 //
 // # Tokens
 //
-// Agent ids, topics and the prefix are tokens: 1 to 64 characters from
-// [A-Za-z0-9_-]. Anything else is rejected with an [*InvalidTokenError]
+// Agent ids and topics are tokens: 1 to 64 characters from
+// [A-Za-z0-9_-]; the prefix is 1 to 32 from [a-z0-9_], starting with a
+// letter (see [New]). Anything else is rejected with an [*InvalidTokenError]
 // (errors.Is(err, [ErrInvalidToken])) before it can reach NATS.
 //
 // # Advisories

@@ -9,7 +9,8 @@ import (
 // DefaultPrefix is the subject prefix used when none is configured.
 const DefaultPrefix = "mesh"
 
-// MaxTokenLen is the longest agent id, topic or prefix a subject may carry.
+// MaxTokenLen is the longest agent id or topic a subject may carry (a
+// prefix is at most 32 characters, see [New]).
 const MaxTokenLen = 64
 
 // Priorities lists the priority tokens, highest first. agentkit's Priority
