@@ -43,6 +43,7 @@ type Agent struct {
 	mu       sync.Mutex
 	state    lifecycle
 	handlers map[string]Handler
+	policies map[wire.Priority]*DeliveryPolicy // opts.policies, for deliveries to point at
 	topics   []string
 	fanout   map[string]bool           // the fan-out actions handled; set by Start (see WithFanoutActions)
 	sources  atomic.Pointer[[]*source] // set by Start: one per direct priority, then the fan-out ones
@@ -165,6 +166,10 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		closed:     make(chan struct{}),
 		waiters:    map[string]*waiter{},
 		invalidLog: newSampledLog(),
+	}
+	a.policies = make(map[wire.Priority]*DeliveryPolicy, len(o.policies))
+	for p, pol := range o.policies {
+		a.policies[p] = &pol
 	}
 	a.breakers.settings, a.breakers.onChange = o.breaker, a.breakerChanged
 	a.opts.hooks.request = append([]RequestHook{healthMarks{a}}, o.hooks.request...)

@@ -65,7 +65,7 @@ func (a *Agent) read(src *source, out chan<- *delivery) {
 		if h.Get(headerPinID) != "" {
 			src.repin.Store(true) // nats.go took it for a pin; receive terminates the message
 		}
-		d := &delivery{msg: msg, priority: src.spec.priority, src: src, task: h.Get(wire.HeaderTaskID), lastProgress: time.Now()}
+		d := &delivery{msg: msg, priority: src.spec.priority, policy: &src.policy, src: src, task: h.Get(wire.HeaderTaskID), lastProgress: time.Now()}
 		if md, err := msg.Metadata(); err == nil {
 			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
 		}
@@ -131,13 +131,16 @@ func (a *Agent) reopen(src *source, n int, failed bool, retry backoff.BackOff) j
 // header names an action the agent does not handle (a header that lies
 // about the action only gets its own sender's message ignored; a message
 // without the header is checked by its envelope, in handle). d takes the
-// priority its subject names, for hooks and logs.
+// priority its subject names, for hooks and logs, and that priority's
+// processing limit and retry delays (its consumer's ack timeouts and
+// attempts are those of the class's highest priority).
 func (a *Agent) admitFanout(d *delivery, h nats.Header) bool {
 	sub, err := a.opts.scheme.Parse(d.msg.Subject())
 	if err != nil {
 		return true // receive terminates it as invalid
 	}
 	d.priority = wire.Priority(sub.Priority)
+	d.policy = a.policies[d.priority]
 	switch {
 	case sub.Sender == a.id:
 		a.settleAck(d, OutcomeOwn)
@@ -383,7 +386,7 @@ func (a *Agent) receive(d *delivery) bool {
 		if err != nil { // the store is unreachable: try again later
 			err = fmt.Errorf("agentkit: fetch large envelope %s: %w", ref, err)
 			a.asyncError(err)
-			berr := a.brokerErr(msg.NakWithDelay(d.src.policy.retryDelay(d.delivery)), d, "nak")
+			berr := a.brokerErr(msg.NakWithDelay(d.policy.retryDelay(d.delivery)), d, "nak")
 			a.stats.add(OutcomeNak)
 			a.settled(d, SettleEvent{Outcome: OutcomeNak, Err: err, BrokerErr: berr})
 			return false
@@ -531,7 +534,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 		return false
 	}
 	if err != nil && limited && errors.Is(err, context.Canceled) {
-		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.src.policy.ProcessingLimit)
+		err = fmt.Errorf("%w: processing limit %v reached", context.DeadlineExceeded, d.policy.ProcessingLimit)
 	}
 	elapsed := time.Since(d.start)
 	d.src.pace.observe(elapsed)
@@ -561,7 +564,7 @@ func (a *Agent) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
 				if d == nil {
 					continue
 				}
-				if now.Sub(d.start) >= d.src.policy.ProcessingLimit {
+				if now.Sub(d.start) >= d.policy.ProcessingLimit {
 					d.cancel(errProcessingLimit) // no more InProgress: the broker will see a timeout unless the handler returns
 					continue
 				}

@@ -21,8 +21,9 @@ type delivery struct {
 	delivery uint64
 	seq      uint64
 	priority wire.Priority
-	src      *source // the priority's source: its policy, and the pace that learns how long the handler took
-	task     string  // the Mesh-Task-Id header: messages of one task are handled in order
+	policy   *DeliveryPolicy // the message's priority's: its processing limit and retry delays
+	src      *source         // the consumer's source: its policy (ack timeouts, attempts), and the pace that learns how long the handler took
+	task     string          // the Mesh-Task-Id header: messages of one task are handled in order
 	message  Message
 
 	// set while the handler runs; see scan

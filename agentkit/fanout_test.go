@@ -295,3 +295,30 @@ func TestFanout_SubscribeUnderLoad(t *testing.T) {
 		t.Errorf("handled %d distinct messages, want %d", len(rec.ids()), len(want))
 	}
 }
+
+// A fan-out message runs under its own priority's processing limit, not
+// that of its class's highest priority, whose consumer carries it.
+func TestFanout_OwnPriorityProcessingLimit(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	cut := make(chan error, 1)
+	m.started("worker", map[string]agentkit.HandlerFunc{
+		"slow": func(ctx context.Context, _ *agentkit.Message) error {
+			<-ctx.Done() // critical's limit is a minute; high's here a second
+			cut <- ctx.Err()
+			return ctx.Err()
+		},
+	}, agentkit.WithPolicy(wire.PriorityHigh, agentkit.DeliveryPolicy{ProcessingLimit: time.Second}))
+	ops := m.started("ops", nil)
+	if _, err := ops.Broadcast(ctx(t), "slow", nil, agentkit.WithPriority(wire.PriorityHigh)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cut:
+		if err == nil {
+			t.Error("the handler's ctx ended without an error")
+		}
+	case <-ctx(t).Done():
+		t.Fatal("a high broadcast ran past high's processing limit")
+	}
+}

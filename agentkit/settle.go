@@ -83,7 +83,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 		}
 		attempt := d.attempt()
 		if delay <= 0 {
-			delay = d.src.policy.retryDelay(attempt)
+			delay = d.policy.retryDelay(attempt)
 		}
 		berr := a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
 		a.stats.add(OutcomeNak)
