@@ -1,6 +1,7 @@
 package agentkit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,11 @@ func (a *Agent) offload(ctx context.Context, e *wire.Envelope, data []byte) ([]b
 	if err != nil {
 		return nil, err
 	}
-	if _, err := store.PutBytes(ctx, e.MessageID, data); err != nil {
+	// Chunks must fit the server's max payload, which may be below the
+	// client's default chunk size (128 KiB), with room for the headers.
+	chunk := uint32(min(128<<10, max(a.nc.MaxPayload()-1024, 1024)))
+	meta := jetstream.ObjectMeta{Name: e.MessageID, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
+	if _, err := store.Put(ctx, meta, bytes.NewReader(data)); err != nil {
 		return nil, fmt.Errorf("agentkit: store large envelope %s: %w", e.MessageID, err)
 	}
 	return stub, nil

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
 // Envelopes above the server's max payload (1 MiB by default) travel
@@ -119,5 +121,32 @@ func TestLargePayload_ErrorReply(t *testing.T) {
 	var remote *wire.Error
 	if !errors.As(err, &remote) || !wire.IsRemote(err) || remote.Code != wire.CodeInvalid || remote.Message != "cannot analyze that" {
 		t.Fatalf("Request = %v, want the remote INVALID error", err)
+	}
+}
+
+// On a server whose max payload is below the object store client's
+// default chunk size, a large envelope is still offloaded: its chunks fit.
+func TestLargePayload_SmallServerMaxPayload(t *testing.T) {
+	t.Parallel()
+	m := &mesh{t: t, s: natstest.RunServer(t, func(o *server.Options) { o.MaxPayload = 64 << 10 })}
+	got := make(chan *agentkit.Message, 1)
+	m.started("analyst", map[string]agentkit.HandlerFunc{"analyze": func(_ context.Context, msg *agentkit.Message) error {
+		got <- msg
+		return nil
+	}})
+	orch := m.started("orch", nil)
+	raw := make([]byte, 300<<10)
+	rand.Read(raw)
+	payload, _ := json.Marshal(map[string]string{"blob": base64.StdEncoding.EncodeToString(raw)})
+	if _, err := orch.Send(ctx(t), "analyst", "analyze", json.RawMessage(payload)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case msg := <-got:
+		if !bytes.Equal(msg.Payload, payload) {
+			t.Fatalf("handler saw %d payload bytes, not the %d sent", len(msg.Payload), len(payload))
+		}
+	case <-ctx(t).Done():
+		t.Fatal("the large envelope never arrived")
 	}
 }
