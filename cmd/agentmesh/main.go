@@ -129,7 +129,7 @@ Configuration: defaults < --config FILE (YAML, see deploy/agentmesh.example.yaml
 	root.Version = buildinfo.Line("agentmesh")
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(a.versionCmd(), a.demoCmd(), a.upCmd(), a.sendCmd(false), a.sendCmd(true), a.traceCmd(),
-		a.dlqCmd(), a.agentsCmd(), a.statsCmd(), a.benchCmd(), a.authCmd(), a.migrateCmd())
+		a.dlqCmd(), a.agentsCmd(), a.statsCmd(), a.benchCmd(), a.authCmd(), a.migrateCmd(), a.streamsCmd())
 	usageArgs(root)
 	return root
 }

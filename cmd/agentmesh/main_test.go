@@ -37,7 +37,7 @@ func TestHelp_EveryCommand(t *testing.T) {
 	t.Setenv("NATS_URL", "")
 	for _, args := range [][]string{{"--help"}, {"demo", "--help"}, {"up", "--help"}, {"send", "--help"}, {"request", "--help"},
 		{"trace", "--help"}, {"dlq", "--help"}, {"dlq", "ls", "--help"}, {"dlq", "replay", "--help"}, {"agents", "--help"},
-		{"stats", "--help"}, {"bench", "--help"}, {"auth", "--help"}, {"migrate", "--help"}} {
+		{"stats", "--help"}, {"bench", "--help"}, {"auth", "--help"}, {"migrate", "--help"}, {"streams", "--help"}} {
 		code, out, errOut := cli(t, args...)
 		if code != exitOK || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
