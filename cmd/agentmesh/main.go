@@ -1,7 +1,8 @@
 // Command agentmesh is the agentmesh CLI: a demo on an embedded NATS
 // server, an embedded development stack, sending messages, tracing
 // conversations, dead letters, the agent registry, ack statistics,
-// benchmarks and the migration of a mesh created by an older version.
+// benchmarks, the streams' replicas and the migration of a mesh created by
+// an older version.
 //
 //	go run ./cmd/agentmesh demo
 //	agentmesh --help
@@ -113,7 +114,8 @@ func (a *app) rootCmd() *cobra.Command {
 		Short: "agentmesh: reliable messaging for AI agents over NATS JetStream",
 		Long: `agentmesh runs and inspects an agent mesh: a demo on an embedded NATS server,
 a development stack, sending messages, tracing conversations, dead letters,
-the agent registry, ack statistics and benchmarks.
+the agent registry, ack statistics, benchmarks, the streams' replicas and
+the migration of a mesh created by an older version.
 
 Configuration: defaults < --config FILE (YAML, see deploy/agentmesh.example.yaml)
 < AGENTMESH_* environment < NATS_URL / NATS_CREDS < flags.` + exitCodesHelp,
