@@ -31,7 +31,7 @@ VOLUME ["/data"]
 # In a container the dashboard and the dev stack's NATS listen on every
 # interface, so `docker run -p` reaches them.
 ENV AGENTMESH_DEV_DATA_DIR=/data AGENTMESH_MONITOR_DATA_DIR=/data/ackmonitor \
-    AGENTMESH_MONITOR_HTTP_ADDR=0.0.0.0:8222 AGENTMESH_DEV_LISTEN=0.0.0.0:4222
-EXPOSE 4222 8222
+    AGENTMESH_MONITOR_HTTP_ADDR=0.0.0.0:8281 AGENTMESH_DEV_LISTEN=0.0.0.0:4222
+EXPOSE 4222 8281
 ENTRYPOINT ["/usr/local/bin/agentmesh"]
 CMD ["--help"]

@@ -179,10 +179,10 @@ type Monitor struct {
 	// PostgresDSN selects the PostgreSQL store. Default: "" (SQLite).
 	PostgresDSN string `yaml:"postgres_dsn"`
 	// HTTPAddr is the address the dashboard, /api/v1, /metrics and
-	// /healthz listen on. Default: "127.0.0.1:8222".
+	// /healthz listen on. Default: "127.0.0.1:8281".
 	HTTPAddr string `yaml:"http_addr"`
 	// URL is where the CLI (agentmesh stats) finds a running monitor.
-	// Default: "http://127.0.0.1:8222".
+	// Default: "http://127.0.0.1:8281".
 	URL string `yaml:"url"`
 	// Window is the sliding window alert rates are computed over.
 	// Default: 5m.
@@ -325,10 +325,10 @@ func (c *Config) setDefaults() {
 	}
 	m := &c.Monitor
 	if m.HTTPAddr == "" {
-		m.HTTPAddr = "127.0.0.1:8222"
+		m.HTTPAddr = "127.0.0.1:8281"
 	}
 	if m.URL == "" {
-		m.URL = "http://127.0.0.1:8222"
+		m.URL = "http://127.0.0.1:8281"
 	}
 	if m.Window == 0 {
 		m.Window = 5 * time.Minute

@@ -8,7 +8,7 @@
 // config) the way the CLI does: defaults < --config FILE < AGENTMESH_*
 // environment < NATS_URL / NATS_CREDS < flags.
 //
-//	ackmonitor --nats nats://localhost:4222 --data ./data --http 127.0.0.1:8222
+//	ackmonitor --nats nats://localhost:4222 --data ./data --http 127.0.0.1:8281
 //
 // Instances that should fail over to each other share a PostgreSQL ledger
 // (--postgres): on SQLite each has its own.
@@ -283,7 +283,7 @@ func configureTo(args []string, stdout io.Writer) (*config.Config, error) {
 	return cfg, nil
 }
 
-// doubleDash rewrites the single-dash long flags of fs ("-http :8222",
+// doubleDash rewrites the single-dash long flags of fs ("-http :8281",
 // "-data=x") as double-dash ones, so the flags written for the standard
 // library's flag package keep working. Everything after "--" is left as is.
 func doubleDash(fs *pflag.FlagSet, args []string) []string {

@@ -134,7 +134,7 @@ above 10% critical.` + exitCodesHelp,
 			return a.runStats(cmd.Context(), base, asJSON)
 		},
 	}
-	cmd.Flags().StringVar(&monitorURL, "monitor", "", "ack monitor address, host:port or base URL (default: monitor.url, the one agentmesh up serves, http://127.0.0.1:8222)")
+	cmd.Flags().StringVar(&monitorURL, "monitor", "", "ack monitor address, host:port or base URL (default: monitor.url, the one agentmesh up serves, http://127.0.0.1:8281)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the monitor's answers as JSON")
 	return cmd
 }

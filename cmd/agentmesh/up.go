@@ -26,8 +26,8 @@ directory that survives restarts (--data, else dev.data_dir, else
 stops the monitor and shuts the server down cleanly.
 
 A monitor.http_addr set in the configuration or AGENTMESH_MONITOR_HTTP_ADDR
-must be free. The default (127.0.0.1:8222, also nats-server's usual
-monitoring port) falls back to a free port, printed. Either way up writes
+must be free. The default, 127.0.0.1:8281, falls back to a free port,
+printed, when something else holds it. Either way up writes
 the dashboard's URL to <data>/` + monitorURLFile + `, where agentmesh stats
 finds it. A second up on the same data directory fails, naming the first:
 the directory is locked (<data>/` + dataLockFile + `) while up runs.` + exitCodesHelp,
