@@ -32,13 +32,11 @@ Without the bucket (no agent has registered yet) it says so and exits 0.` + exit
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := opTimeout(cmd.Context())
 			defer cancel()
-			nc, js, err := a.jetStream(ctx, "agentmesh-agents")
+			ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-agents")
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			ctx, stop := watchDenials(ctx, nc)
-			defer stop()
+			defer done()
 			return denied(ctx, a.listAgents(ctx, js, asJSON), "reading the registry needs the monitor's or an administrator's credentials")
 		},
 	}

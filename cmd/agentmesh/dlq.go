@@ -143,13 +143,11 @@ type letterJSON struct {
 func (a *app) dlqList(ctx context.Context, limit int, asJSON bool) error {
 	ctx, cancel := opTimeout(ctx)
 	defer cancel()
-	nc, js, err := a.jetStream(ctx, "agentmesh-dlq")
+	ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-dlq")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := watchDenials(ctx, nc)
-	defer stop()
+	defer done()
 	letters, err := dlq.Read(ctx, js, a.scheme(), limit)
 	err = denied(ctx, err, "")
 	if errors.Is(err, dlq.ErrNoStream) {
@@ -197,13 +195,11 @@ func (a *app) dlqList(ctx context.Context, limit int, asJSON bool) error {
 func (a *app) dlqReplay(ctx context.Context, seqs []uint64, all, dryRun, remove bool) error {
 	ctx, cancel := opTimeout(ctx)
 	defer cancel()
-	nc, js, err := a.jetStream(ctx, "agentmesh-dlq")
+	ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-dlq")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := watchDenials(ctx, nc)
-	defer stop()
+	defer done()
 	letters, err := a.dlqLetters(ctx, js, seqs, all)
 	if err != nil {
 		return denied(ctx, err, "")
@@ -272,13 +268,11 @@ func (a *app) dlqLetters(ctx context.Context, js jetstream.JetStream, seqs []uin
 func (a *app) dlqRemove(ctx context.Context, seqs []uint64) error {
 	ctx, cancel := opTimeout(ctx)
 	defer cancel()
-	nc, js, err := a.jetStream(ctx, "agentmesh-dlq")
+	ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-dlq")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := watchDenials(ctx, nc)
-	defer stop()
+	defer done()
 	failed := 0
 	for _, seq := range seqs {
 		if err := denied(ctx, dlq.Remove(ctx, js, a.scheme(), seq), ""); err != nil {

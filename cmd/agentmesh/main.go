@@ -223,6 +223,18 @@ func (a *app) jetStream(ctx context.Context, name string) (*nats.Conn, jetstream
 	return nc, js, nil
 }
 
+// watchedJetStream is jetStream for a command that reports permission
+// denials (see watchDenials): ctx ends at the first denial; done stops
+// the watch and closes the connection.
+func (a *app) watchedJetStream(ctx context.Context, name string) (context.Context, jetstream.JetStream, func(), error) {
+	nc, js, err := a.jetStream(ctx, name)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	ctx, stop := watchDenials(ctx, nc)
+	return ctx, js, func() { stop(); nc.Close() }, nil
+}
+
 func (a *app) scheme() subjects.Scheme {
 	s, _ := a.cfg.Scheme() // validated in load
 	return s

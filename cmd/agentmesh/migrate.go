@@ -70,13 +70,11 @@ run that fails part way can be run again.` + exitCodesHelp,
 // migrate has no overall deadline: a large mesh takes a few requests per
 // agent, each bounded by the JetStream client's default timeout.
 func (a *app) migrate(ctx context.Context, dryRun bool) error {
-	nc, js, err := a.jetStream(ctx, "agentmesh-migrate")
+	ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-migrate")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := watchDenials(ctx, nc)
-	defer stop()
+	defer done()
 	m := &migrator{js: js, scheme: a.scheme(), out: a.stdout, dryRun: dryRun}
 	return denied(ctx, m.run(ctx), "migrate needs credentials that may update streams and consumers (an administrator's)")
 }

@@ -172,13 +172,11 @@ func describeStream(ms meshStream, info *jetstream.StreamInfo) streamJSON {
 func (a *app) streamsList(ctx context.Context, asJSON bool) error {
 	ctx, cancel := opTimeout(ctx)
 	defer cancel()
-	nc, js, err := a.jetStream(ctx, "agentmesh-streams")
+	ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-streams")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := watchDenials(ctx, nc)
-	defer stop()
+	defer done()
 	var out []streamJSON
 	for _, ms := range meshStreams(a.scheme()) {
 		info, err := streamInfo(ctx, js, ms.name)
@@ -254,13 +252,11 @@ func byteSize(n uint64) string {
 // streamsScale has no overall deadline: each update is one request,
 // bounded by the JetStream client's default timeout.
 func (a *app) streamsScale(ctx context.Context, want int, dryRun bool) error {
-	nc, js, err := a.jetStream(ctx, "agentmesh-streams")
+	ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-streams")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := watchDenials(ctx, nc)
-	defer stop()
+	defer done()
 	err = scaleStreams(ctx, js, meshStreams(a.scheme()), want, dryRun, a.stdout)
 	return denied(ctx, err, "streams --replicas needs credentials that may update streams (an administrator's)")
 }

@@ -35,13 +35,11 @@ exhausted message both show as settled.` + exitCodesHelp,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := opTimeout(cmd.Context())
 			defer cancel()
-			nc, js, err := a.jetStream(ctx, "agentmesh-trace")
+			ctx, js, done, err := a.watchedJetStream(ctx, "agentmesh-trace")
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			ctx, stop := watchDenials(ctx, nc)
-			defer stop()
+			defer done()
 			entries, err := trace.Read(ctx, js, a.scheme(), args[0])
 			if err != nil {
 				return denied(ctx, err, fmt.Sprintf("trace reads all of stream %s, which an agent's own credentials may not; use the monitor's or the admin's", a.scheme().Stream()))
