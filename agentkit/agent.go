@@ -393,19 +393,25 @@ func ConsumerConfig(s subjects.Scheme, id string, p wire.Priority, policy Delive
 	if err != nil {
 		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	direct, _ := s.DirectFilter(id, string(p)) // tokens validated above
+	cfg := agentConsumer(name, policy)
+	cfg.Description = fmt.Sprintf("agentmesh agent %s, %s priority", id, p)
+	cfg.FilterSubject, _ = s.DirectFilter(id, string(p)) // tokens validated above
+	cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	return cfg, nil
+}
+
+// agentConsumer is what an agent's consumers share: explicit acks,
+// policy's ack timeouts, attempts and ack pending, every ack sampled.
+func agentConsumer(name string, policy DeliveryPolicy) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:         name,
-		Description:     fmt.Sprintf("agentmesh agent %s, %s priority", id, p),
-		FilterSubject:   direct,
-		DeliverPolicy:   jetstream.DeliverAllPolicy,
 		AckPolicy:       jetstream.AckExplicitPolicy,
 		AckWait:         policy.BackOff[0],
 		BackOff:         slices.Clone(policy.BackOff),
 		MaxDeliver:      policy.MaxDeliver,
 		MaxAckPending:   policy.MaxAckPending,
 		SampleFrequency: "100",
-	}, nil
+	}
 }
 
 // FanoutConsumerConfig returns the durable fan-out consumer of agent id
@@ -429,18 +435,11 @@ func FanoutConsumerConfig(s subjects.Scheme, id, class string, policy DeliveryPo
 	if err != nil {
 		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	return jetstream.ConsumerConfig{
-		Durable:         name,
-		Description:     fmt.Sprintf("agentmesh agent %s, %s broadcasts and topics", id, class),
-		FilterSubjects:  filters,
-		DeliverPolicy:   jetstream.DeliverNewPolicy,
-		AckPolicy:       jetstream.AckExplicitPolicy,
-		AckWait:         policy.BackOff[0],
-		BackOff:         slices.Clone(policy.BackOff),
-		MaxDeliver:      policy.MaxDeliver,
-		MaxAckPending:   policy.MaxAckPending,
-		SampleFrequency: "100",
-	}, nil
+	cfg := agentConsumer(name, policy)
+	cfg.Description = fmt.Sprintf("agentmesh agent %s, %s broadcasts and topics", id, class)
+	cfg.FilterSubjects = filters
+	cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	return cfg, nil
 }
 
 // bindConsumer creates or updates (when provisioning) or looks up the
