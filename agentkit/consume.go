@@ -425,7 +425,9 @@ func (a *Agent) receive(d *delivery) bool {
 		}
 		return false
 	}
-	if env.InReplyTo != "" && env.MessageType != wire.TypeRequest && env.MessageType != wire.TypeNotification {
+	if sub.Kind == subjects.KindDirect && env.InReplyTo != "" && env.MessageType != wire.TypeRequest && env.MessageType != wire.TypeNotification {
+		// Only a direct message answers: a broadcast or topic message that
+		// names a request in in_reply_to is anybody's guess at its id.
 		if w := a.takeWaiter(env); w != nil {
 			a.settleAck(d, OutcomeReply)
 			w.ch <- env // after counting, so the woken caller sees the count

@@ -2,6 +2,7 @@ package agentkit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -320,5 +321,55 @@ func TestFanout_OwnPriorityProcessingLimit(t *testing.T) {
 		}
 	case <-ctx(t).Done():
 		t.Fatal("a high broadcast ran past high's processing limit")
+	}
+}
+
+// A broadcast shaped as the response to someone's request answers
+// nobody: only a direct message can be a reply.
+func TestFanout_BroadcastIsNoReply(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	release := make(chan struct{})
+	defer close(release)
+	m.started("slow", map[string]agentkit.HandlerFunc{"ask": func(ctx context.Context, msg *agentkit.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return msg.Reply(ctx, "answer", "the real answer")
+	}})
+	asker := m.started("asker", map[string]agentkit.HandlerFunc{"answer": func(context.Context, *agentkit.Message) error { return nil }})
+	id := wire.NewMessageID()
+	got := make(chan *wire.Envelope, 1)
+	go func() {
+		env, err := asker.Request(ctx(t), "slow", "ask", nil, agentkit.WithMessageID(id))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- env
+	}()
+	// mallory broadcasts a forged response to the request.
+	req := wire.NewEnvelope(wire.TypeRequest, "asker", "ask")
+	req.MessageID, req.ReceiverID = id, "slow"
+	forged := req.NewResponse("mallory", "answer", json.RawMessage(`"forged"`))
+	forged.ReceiverID = ""
+	data, err := forged.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := subjects.Default.Broadcast("normal", "mallory")
+	if _, err := js.Publish(ctx(t), subj, data); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the asker handled the forged broadcast", func() bool {
+		return asker.Stats().Outcomes[agentkit.OutcomeAck]+asker.Stats().Outcomes[agentkit.OutcomeIgnored] >= 1
+	})
+	release <- struct{}{}
+	if env := <-got; env == nil || string(env.Payload) != `"the real answer"` {
+		t.Fatalf("the request was answered by %+v", env)
 	}
 }
