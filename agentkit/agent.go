@@ -523,6 +523,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		return fmt.Errorf("agentkit: stream %s: %w", cfg.Name, err)
 	}
 	_, err = js.CreateStream(ctx, cfg)
+	var apiErr *jetstream.APIError
+	if cfg.MaxConsumers > 0 && errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit {
+		// The account caps consumers per stream below cfg's limit: the
+		// stream takes the account's, and Start says when it is reached.
+		cfg.MaxConsumers = 0
+		_, err = js.CreateStream(ctx, cfg)
+	}
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return fmt.Errorf("agentkit: create stream %s: %w", cfg.Name, err)
 	}

@@ -269,7 +269,16 @@ func (r *scaleRun) run(ctx context.Context, prefix string) (res ScaleResult, err
 	}
 	// Through createStream, for the same reason as every stream of the
 	// bench: the previous row has just deleted its streams.
-	if _, err := createStream(ctx, r.js, agentkit.StreamConfig(r.scheme, 1)); err != nil {
+	cfg := agentkit.StreamConfig(r.scheme, 1)
+	_, err = createStream(ctx, r.js, cfg)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit {
+		// An account limit below the stream's own, as agentkit.EnsureStream
+		// handles it: the account's applies.
+		cfg.MaxConsumers = 0
+		_, err = createStream(ctx, r.js, cfg)
+	}
+	if err != nil {
 		return res, err
 	}
 	defer func() {

@@ -96,7 +96,14 @@ func TestRunScale_Tiny(t *testing.T) {
 // next count (1 agent, on a stream of its own) runs in full.
 func TestRunScale_StartFailureIsARow(t *testing.T) {
 	const limit = 30
-	srv := natstest.RunServer(t, func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = limit })
+	// The message stream sets its own consumer limit, above the server's
+	// default; an account limit below it still applies.
+	srv := natstest.RunServer(t)
+	if err := srv.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+		"": {MaxConsumers: limit, MaxMemory: -1, MaxStore: -1, MaxStreams: -1, MaxAckPending: -1},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	report, err := bench.RunScale(ctx, tinyScale(srv.ClientURL(), limit+1, 1))

@@ -1,9 +1,11 @@
 package agentkit_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
@@ -34,5 +36,24 @@ func TestStart_TooFewReplicas(t *testing.T) {
 	}
 	if _, err := bucket.KeyValue(ctx(t), js, jetstream.KeyValueConfig{Bucket: subjects.Default.RegistryBucket(), Replicas: 1}, true); err != nil {
 		t.Errorf("KeyValue with R1 on an R1 bucket: %v", err)
+	}
+}
+
+// An account that caps consumers per stream below the stream's own limit
+// still gets its stream, under the account's cap, and the agent past the
+// cap fails to start saying so.
+func TestStart_AccountConsumerLimit(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	if err := m.s.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{
+		"": {MaxConsumers: 10, MaxMemory: -1, MaxStore: -1, MaxStreams: -1, MaxAckPending: -1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.started("first", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error { return nil }})
+	err := m.agent("second").Start(ctx(t))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeMaximumConsumersLimit {
+		t.Fatalf("the agent past the account's cap: %v, want the server's consumer limit error", err)
 	}
 }
