@@ -3,6 +3,7 @@ package ackmonitor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/natstest"
 )
 
 // chromiumPath returns the headless browser, failing under CI=true and
@@ -274,9 +276,16 @@ func TestDashboard_InBrowser(t *testing.T) {
 	if err := chromedp.Run(bctx, chromedp.Evaluate(`document.querySelector("#chart-y-unit").textContent`, &text)); err != nil || text != "messages per 30 s" {
 		t.Errorf("chart axis unit %q (%v), want messages per 30 s", text, err)
 	}
-	if err := chromedp.Run(bctx, chromedp.Text(worker+` td[data-field="ack_rate"]`, &text, chromedp.ByQuery)); err != nil {
-		t.Fatal(err)
-	}
+	// The page refreshes its table in place: read the cell once rendered.
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if err := chromedp.Run(bctx, chromedp.Evaluate(`(document.querySelector('`+worker+` td[data-field="ack_rate"]`+`') || {}).textContent || ""`, &text)); err != nil {
+			return err
+		}
+		if text == "" {
+			return errors.New("worker's ack rate cell not rendered")
+		}
+		return nil
+	})
 	if text != "69.2%" {
 		t.Errorf("worker ack rate shown as %q, want 69.2%%", text)
 	}
