@@ -147,6 +147,14 @@ var migrations = []string{
 	CREATE INDEX idx_ack_followup_due ON message_acknowledgments (stream_seq, consumer)
 	WHERE handled_at IS NULL AND given_up_at IS NULL AND ack_status IN ('TIMEOUT', 'NACK', 'INVALID');
 	CREATE INDEX idx_ack_given_up ON message_acknowledgments (given_up_at) WHERE given_up_at IS NOT NULL;`,
+	// 7: the hourly rollup counts messages exhausted by NAKs alone apart,
+	// as the rates do (nakExhaustedSQL); the hours holding one are rolled
+	// up again.
+	`ALTER TABLE acknowledgment_metrics ADD COLUMN messages_nak_exhausted INTEGER NOT NULL DEFAULT 0;
+	INSERT INTO metrics_dirty (agent_id, priority, hour_bucket, gen)
+	SELECT DISTINCT receiver_agent, priority, sent_at - sent_at % 3600000000, 0 FROM message_acknowledgments
+	WHERE ` + nakExhaustedSQL + ` AND sent_at IS NOT NULL
+	ON CONFLICT (agent_id, priority, hour_bucket) DO UPDATE SET gen = metrics_dirty.gen + 1;`,
 }
 
 // migrate applies every migration up to version to that is not yet

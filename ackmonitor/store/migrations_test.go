@@ -110,3 +110,39 @@ func TestMigration_GiveUpColumns(t *testing.T) {
 		}
 	})
 }
+
+// Hours rolled up before messages exhausted by NAKs alone were counted
+// apart are rolled up again, so their timeout rate leaves them out.
+func TestMigration_HourlyNakExhausted(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 11, 20, 10, 30, 0, 0, time.UTC)
+	upgrade(t, 6, func(t *testing.T, s *sqlStore) {
+		for i, row := range []struct {
+			status   string
+			timeouts int
+		}{{"TIMEOUT", 0}, {"TIMEOUT", 1}, {"ACK", 0}, {"ACK", 0}} {
+			if _, err := s.db.Exec(s.q(`INSERT INTO message_acknowledgments (stream_seq, consumer, sender_agent, receiver_agent,
+				priority, sent_at, resolved_at, ack_status, timeouts, created_at)
+				VALUES (?, 'b_normal', 'a', 'b', 'normal', ?, ?, ?, ?, ?)`),
+				i+1, sent.UnixMicro(), sent.UnixMicro(), row.status, row.timeouts, sent.UnixMicro()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The hour as version 6 rolled it up, nothing left dirty: both
+		// TIMEOUTs counted as timeouts.
+		if _, err := s.db.Exec(s.q(`INSERT INTO acknowledgment_metrics (agent_id, priority, hour_bucket, messages_sent,
+			messages_acknowledged, messages_timeout, messages_nack) VALUES ('b', 'normal', ?, 4, 2, 2, 0)`),
+			sent.Truncate(time.Hour).UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}, func(t *testing.T, s *sqlStore) {
+		ctx := context.Background()
+		if err := s.Rollup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hours, err := s.Hourly(ctx, sent.Add(-time.Hour))
+		if err != nil || len(hours) != 1 || hours[0].TimedOut != 2 || hours[0].NakExhausted != 1 || hours[0].TimeoutRate() != 0.25 {
+			t.Fatalf("hourly = %+v, %v; want the hour rolled up again with 1 of 2 TIMEOUTs exhausted by NAKs", hours, err)
+		}
+	})
+}

@@ -39,17 +39,18 @@ func (s *sqlStore) Rollup(ctx context.Context) error {
 		for _, b := range dirty {
 			end := b.hour + time.Hour.Microseconds()
 			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO acknowledgment_metrics (agent_id, priority, hour_bucket,
-				messages_sent, messages_acknowledged, messages_timeout, messages_nack, avg_ack_time_ms)
+				messages_sent, messages_acknowledged, messages_timeout, messages_nak_exhausted, messages_nack, avg_ack_time_ms)
 				SELECT receiver_agent, priority, ?, COUNT(*),
 				COALESCE(SUM(CASE WHEN ack_status = 'ACK' THEN 1 ELSE 0 END), 0),
 				COALESCE(SUM(CASE WHEN ack_status = 'TIMEOUT' THEN 1 ELSE 0 END), 0),
+				COALESCE(SUM(CASE WHEN `+nakExhaustedSQL+` THEN 1 ELSE 0 END), 0),
 				COALESCE(SUM(CASE WHEN ack_status = 'NACK' THEN 1 ELSE 0 END), 0),
 				AVG(CASE WHEN ack_status = 'ACK' THEN processing_time_ms END)
 				FROM message_acknowledgments WHERE receiver_agent = ? AND priority = ? AND sent_at >= ? AND sent_at < ?
 				GROUP BY receiver_agent, priority
 				ON CONFLICT (agent_id, priority, hour_bucket) DO UPDATE SET messages_sent = excluded.messages_sent,
 				messages_acknowledged = excluded.messages_acknowledged, messages_timeout = excluded.messages_timeout,
-				messages_nack = excluded.messages_nack, avg_ack_time_ms = excluded.avg_ack_time_ms`),
+				messages_nak_exhausted = excluded.messages_nak_exhausted, messages_nack = excluded.messages_nack, avg_ack_time_ms = excluded.avg_ack_time_ms`),
 				b.hour, b.agent, b.priority, b.hour, end); err != nil {
 				return fmt.Errorf("store: rollup %s/%s: %w", b.agent, b.priority, err)
 			}
@@ -64,7 +65,7 @@ func (s *sqlStore) Rollup(ctx context.Context) error {
 
 func (s *sqlStore) Hourly(ctx context.Context, since time.Time) ([]HourlyMetric, error) {
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT agent_id, priority, hour_bucket, messages_sent,
-		messages_acknowledged, messages_timeout, messages_nack, avg_ack_time_ms FROM acknowledgment_metrics
+		messages_acknowledged, messages_timeout, messages_nak_exhausted, messages_nack, avg_ack_time_ms FROM acknowledgment_metrics
 		WHERE hour_bucket >= ? ORDER BY hour_bucket, agent_id, priority`), hour(since))
 	if err != nil {
 		return nil, fmt.Errorf("store: hourly: %w", err)
@@ -75,7 +76,7 @@ func (s *sqlStore) Hourly(ctx context.Context, since time.Time) ([]HourlyMetric,
 		var m HourlyMetric
 		var h int64
 		var avg sql.NullFloat64
-		if err := rows.Scan(&m.Agent, &m.Priority, &h, &m.Sent, &m.Acked, &m.TimedOut, &m.Nacked, &avg); err != nil {
+		if err := rows.Scan(&m.Agent, &m.Priority, &h, &m.Sent, &m.Acked, &m.TimedOut, &m.NakExhausted, &m.Nacked, &avg); err != nil {
 			return nil, fmt.Errorf("store: hourly: %w", err)
 		}
 		m.Hour, m.AvgAckTimeMS = time.UnixMicro(h).UTC(), avg.Float64

@@ -363,17 +363,36 @@ func (r SenderRate) Merge(o SenderRate) SenderRate {
 }
 
 // HourlyMetric is one acknowledgment_metrics row: messages sent to agent
-// at priority during the hour starting at Hour.
+// at priority during the hour starting at Hour, counted by the outcome
+// they have reached so far.
 type HourlyMetric struct {
-	Agent        string    `json:"agent_id"`
-	Priority     string    `json:"priority"`
-	Hour         time.Time `json:"hour_bucket"`
-	Sent         int64     `json:"messages_sent"`
-	Acked        int64     `json:"messages_acknowledged"`
-	TimedOut     int64     `json:"messages_timeout"`
-	Nacked       int64     `json:"messages_nack"`
-	AvgAckTimeMS float64   `json:"avg_ack_time_ms"`
+	Agent    string    `json:"agent_id"`
+	Priority string    `json:"priority"`
+	Hour     time.Time `json:"hour_bucket"`
+	Sent     int64     `json:"messages_sent"`
+	Acked    int64     `json:"messages_acknowledged"`
+	// TimedOut counts every exhausted message, those NakExhausted counts
+	// included, as [Rate.TimedOut] does.
+	TimedOut int64 `json:"messages_timeout"`
+	// NakExhausted counts the TimedOut messages whose every delivery the
+	// receiver NAKed (see [Rate.NakExhausted]).
+	NakExhausted int64   `json:"messages_nak_exhausted"`
+	Nacked       int64   `json:"messages_nack"`
+	AvgAckTimeMS float64 `json:"avg_ack_time_ms"`
 }
+
+// Resolved returns the number of the hour's messages with a final outcome.
+func (m HourlyMetric) Resolved() int64 { return m.Acked + m.Nacked + m.TimedOut }
+
+// AckRate returns ACKs / resolved messages, as [Rate.AckRate].
+func (m HourlyMetric) AckRate() float64 { return ratio(m.Acked, m.Resolved()) }
+
+// NackRate returns NACKs / resolved messages, as [Rate.NackRate].
+func (m HourlyMetric) NackRate() float64 { return ratio(m.Nacked, m.Resolved()) }
+
+// TimeoutRate returns TIMEOUTs that timed out (not NakExhausted) /
+// resolved messages, as [Rate.TimeoutRate] and the alerts count them.
+func (m HourlyMetric) TimeoutRate() float64 { return ratio(m.TimedOut-m.NakExhausted, m.Resolved()) }
 
 // Point is one step of a time series of resolved outcomes.
 type Point struct {

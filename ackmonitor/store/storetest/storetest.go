@@ -523,6 +523,17 @@ func testNakExhausted(t *testing.T, s store.Store) {
 	if timedOut != 2 || byNaks != 1 {
 		t.Errorf("series = %+v; want 2 exhausted, 1 by NAKs", pts)
 	}
+	// The hourly rollup counts them as the rates do.
+	if err := s.Rollup(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := s.Hourly(ctx(t), now)
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("hourly = %+v, %v", hs, err)
+	}
+	if m := hs[0]; m.TimedOut != 2 || m.NakExhausted != 1 || m.Resolved() != 4 || m.TimeoutRate() != rates[0].TimeoutRate() || m.AckRate() != rates[0].AckRate() {
+		t.Errorf("hour = %+v, timeout rate %v ack rate %v; want 2 exhausted, 1 by NAKs, 25 %% and 50 %%", m, m.TimeoutRate(), m.AckRate())
+	}
 }
 
 func testHourly(t *testing.T, s store.Store) {
