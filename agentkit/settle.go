@@ -125,13 +125,18 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 }
 
 // answers reports whether the sender of d expects to hear about failures:
-// direct requests and notifications, and anything that asked for an ack.
+// a direct request, and a request or notification that asked for an ack.
+// A notification asks for no reply, so without requires_ack its sender
+// hears nothing, its failure included: an error envelope would reach a
+// sender that waits for none.
 func (a *Agent) answers(d *delivery) bool {
-	t := d.env.MessageType
-	if t != wire.TypeRequest && t != wire.TypeNotification {
-		return false
+	switch d.env.MessageType {
+	case wire.TypeRequest:
+		return d.subject.Kind == subjects.KindDirect || d.env.RequiresAck
+	case wire.TypeNotification:
+		return d.env.RequiresAck
 	}
-	return d.subject.Kind == subjects.KindDirect || d.env.RequiresAck
+	return false
 }
 
 // failureReply is the NACK ack envelope when the sender asked for an ack,
