@@ -18,18 +18,22 @@ import (
 )
 
 // The parts of the ack monitor's /api/v1 answers stats prints
-// (ackmonitor/http.go: Summary, AgentView, RateView; store.Alert).
+// (ackmonitor/http.go: Summary, AgentView, RateView; store.Alert;
+// ackmonitor.UnknownReceiver).
 type rateView struct {
-	Sent        int64   `json:"sent"`
-	Acked       int64   `json:"acked"`
-	Nacked      int64   `json:"nacked"`
-	TimedOut    int64   `json:"timed_out"`
-	Resolved    int64   `json:"resolved"`
-	Pending     int64   `json:"pending"`
-	AckRate     float64 `json:"ack_rate"`
-	NackRate    float64 `json:"nack_rate"`
-	TimeoutRate float64 `json:"timeout_rate"`
-	AvgAckMS    float64 `json:"avg_ack_time_ms"`
+	Sent     int64 `json:"sent"`
+	Acked    int64 `json:"acked"`
+	Nacked   int64 `json:"nacked"`
+	TimedOut int64 `json:"timed_out"`
+	// NakExhausted counts the TimedOut messages NAKed on every delivery:
+	// the timeout rate leaves them out.
+	NakExhausted int64   `json:"nak_exhausted"`
+	Resolved     int64   `json:"resolved"`
+	Pending      int64   `json:"pending"`
+	AckRate      float64 `json:"ack_rate"`
+	NackRate     float64 `json:"nack_rate"`
+	TimeoutRate  float64 `json:"timeout_rate"`
+	AvgAckMS     float64 `json:"avg_ack_time_ms"`
 }
 
 type summaryView struct {
@@ -40,7 +44,10 @@ type summaryView struct {
 	Total         rateView `json:"total"`
 	ActiveAlerts  int      `json:"active_alerts"`
 	Unavailable   int      `json:"unavailable_agents"`
-	LagSeconds    float64  `json:"lag_seconds"`
+	// UnknownReceivers is how many receivers without a consumer the
+	// monitor saw direct messages sent to.
+	UnknownReceivers int     `json:"unknown_receivers"`
+	LagSeconds       float64 `json:"lag_seconds"`
 	// EvaluatedAt is when the last alert evaluation read the rates.
 	EvaluatedAt time.Time `json:"evaluated_at"`
 }
@@ -61,6 +68,20 @@ type agentsView struct {
 type alertsView struct {
 	Alerts []json.RawMessage `json:"alerts"`
 }
+
+type unknownView struct {
+	Receivers []json.RawMessage `json:"unknown_receivers"`
+}
+
+// unknownReceiverView is what stats prints of an unknown receiver.
+type unknownReceiverView struct {
+	Receiver string `json:"receiver"`
+	Messages int64  `json:"messages"` // since the monitor started
+}
+
+// maxUnknownShown is how many unknown receivers stats names; the API
+// lists them all.
+const maxUnknownShown = 5
 
 // alertView is what stats prints of an alert; value and threshold are
 // fractions of one.
@@ -119,7 +140,11 @@ func (a *app) statsCmd() *cobra.Command {
 configuration, else the dashboard of an agentmesh up running on
 dev.data_dir) for the mesh-wide ack, NACK and timeout rates over its sliding
 window (/api/v1/summary), the per-agent and per-priority rates
-(/api/v1/agents) and the active alerts (/api/v1/alerts). Default thresholds:
+(/api/v1/agents), the active alerts (/api/v1/alerts) and the receivers
+without a consumer that direct messages were sent to
+(/api/v1/unknown_receivers). A message NAKed on every delivery until
+exhausted counts in "timed out" and in "nak exhausted" beside it, but not in
+the timeout rate: nothing timed out. Default thresholds:
 ack rate below 95% warning, below 90% critical; timeout rate above 5% warning,
 above 10% critical.` + exitCodesHelp,
 		Args: cobra.NoArgs,
@@ -194,22 +219,31 @@ func (a *app) runStats(ctx context.Context, base string, asJSON bool) error {
 	if err := getJSON(ctx, base+"/api/v1/alerts", &alerts); err != nil {
 		return err
 	}
+	// Asked only when the summary counts some, so a monitor without the
+	// endpoint still answers stats.
+	unknown := unknownView{Receivers: []json.RawMessage{}}
+	if sum.UnknownReceivers > 0 {
+		if err := getJSON(ctx, base+"/api/v1/unknown_receivers", &unknown); err != nil {
+			return err
+		}
+	}
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"summary": sum, "agents": agents.Agents, "alerts": alerts.Alerts})
+		return enc.Encode(map[string]any{"summary": sum, "agents": agents.Agents, "alerts": alerts.Alerts,
+			"unknown_receivers": unknown.Receivers})
 	}
 	w := a.stdout
 	fmt.Fprintf(w, "monitor %s (active=%v, lag %.1fs), window %v\n", sum.Monitor, sum.Active, sum.LagSeconds, time.Duration(sum.WindowSeconds*float64(time.Second)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "agent\tpriority\tsent\tpending\tacked\tnacked\ttimed out\tack rate\ttimeout rate\tavg ack ms\t")
+	fmt.Fprintln(tw, "agent\tpriority\tsent\tpending\tacked\tnacked\ttimed out\tnak exhausted\tack rate\ttimeout rate\tavg ack ms\t")
 	row := func(agent, prio string, r rateView) {
 		avg := "–"
 		if r.Acked > 0 {
 			avg = fmt.Sprintf("%.1f", r.AvgAckMS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", agent, prio, r.Sent, r.Pending, r.Acked, r.Nacked, r.TimedOut,
-			r.pct(r.AckRate), r.pct(r.TimeoutRate), avg)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", agent, prio, r.Sent, r.Pending, r.Acked, r.Nacked, r.TimedOut,
+			r.NakExhausted, r.pct(r.AckRate), r.pct(r.TimeoutRate), avg)
 	}
 	row("(mesh)", "all", sum.Window)
 	idle := 0
@@ -228,6 +262,20 @@ func (a *app) runStats(ctx context.Context, base string, asJSON bool) error {
 	tw.Flush()
 	if idle > 0 {
 		fmt.Fprintf(w, "(%d agents without traffic in the window not shown)\n", idle)
+	}
+	if n := len(unknown.Receivers); n > 0 {
+		var names []string
+		for _, raw := range unknown.Receivers[:min(n, maxUnknownShown)] {
+			var u unknownReceiverView
+			if err := json.Unmarshal(raw, &u); err != nil {
+				return fmt.Errorf("ack monitor at %s: unknown receiver: %w", base, err)
+			}
+			names = append(names, fmt.Sprintf("%s (%d)", u.Receiver, u.Messages))
+		}
+		if n > maxUnknownShown {
+			names = append(names, fmt.Sprintf("and %d more", n-maxUnknownShown))
+		}
+		fmt.Fprintf(w, "messages to %d receivers without a consumer: %s\n", n, strings.Join(names, ", "))
 	}
 	if len(alerts.Alerts) == 0 {
 		fmt.Fprintln(w, "no active alerts")
