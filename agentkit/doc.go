@@ -80,8 +80,11 @@
 //	Reject(code, reason),        TermWithReason               error envelope (NACK if requires_ack)
 //	  non-retryable *Error
 //	(no handler for the action)  TermWithReason               CAPABILITY_MISSING
+//	(broadcast or topic message  Ack, counted as ignored      nothing
+//	  whose action it does not take)
 //
-// After the last attempt the broker emits a MAX_DELIVERIES advisory; the ack
+// "Sender hears" is for requests: a notification hears nothing on
+// failure, unless it set requires_ack (then the NACK). After the last attempt the broker emits a MAX_DELIVERIES advisory; the ack
 // monitor escalates it to the sender's director. Messages that cannot be an
 // envelope for this agent (not JSON, missing fields, a sender_id other than
 // the subject's sender, another receiver, too large) are terminated with a
