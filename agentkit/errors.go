@@ -38,9 +38,10 @@ var (
 	// ErrPublishUnconfirmed: an attempt reached the server but no answer
 	// came back before the context (or the publish timeout) ended, so the
 	// message may have been stored and may be delivered. It does not match
-	// [ErrPublish]. Resend the same envelope ([Agent.SendEnvelope], or
-	// [WithMessageID] with its id) within the stream's duplicate window:
-	// the stream then stores it at most once.
+	// [ErrPublish]. Resend the same envelope within the stream's duplicate
+	// window ([Agent.Resend], which also tells whether the stream held it,
+	// or [WithMessageID] with its id): the stream then stores it at most
+	// once.
 	ErrPublishUnconfirmed = errors.New("agentkit: publish unconfirmed: the message may have been stored")
 	// ErrTimeout: no response or ack arrived before the context's deadline.
 	ErrTimeout = errors.New("agentkit: timed out waiting for reply")

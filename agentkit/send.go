@@ -147,7 +147,9 @@ func validTarget(field, v string) error {
 // Concurrent Sends of one agent share fast batches, like [Agent.SendBatch],
 // once four of its publishes are waiting for the stream: fewer stream
 // acks, the same guarantee. Failures are those of [Agent.SendEnvelope];
-// the envelope is returned with them, so an unconfirmed one can be resent.
+// the envelope is returned with them, so that one whose publish could not
+// be confirmed ([ErrPublishUnconfirmed]) can be resent under its id with
+// [Agent.Resend], or Send again with [WithMessageID](env.MessageID).
 func (a *Agent) Send(ctx context.Context, to, action string, payload any, opts ...SendOption) (*wire.Envelope, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
@@ -195,19 +197,41 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // nothing and returns its error; so does a stopped agent, with
 // [ErrClosed]. A failed send is [ErrPublish] when the stream did not store
 // the message, [ErrPublishUnconfirmed] when it may have: then send the
-// same envelope again, which the stream stores at most once.
+// same envelope again (see [Agent.Resend]), which the stream stores at
+// most once.
 func (a *Agent) SendEnvelope(ctx context.Context, e *wire.Envelope) error {
+	_, err := a.sendEnvelope(ctx, e, false)
+	return err
+}
+
+// Resend is [Agent.SendEnvelope] for an envelope sent before whose publish
+// could not be confirmed ([ErrPublishUnconfirmed]), e.g. the one
+// [Agent.Send] returned with that error. It publishes e under its message
+// id, which the stream stores at most once within its duplicate window,
+// and held reports that the stream already held it: the earlier send was
+// stored after all, and that copy is the one delivered. held is false when
+// this call stored e, or, rarely, when a retry of this call found it
+// stored and an earlier attempt of the same call may have stored it. Past
+// the duplicate window (2 minutes by default) the stream stores e again.
+func (a *Agent) Resend(ctx context.Context, e *wire.Envelope) (held bool, err error) {
+	return a.sendEnvelope(ctx, e, true)
+}
+
+// sendEnvelope checks e and publishes it. held reports that the stream
+// held e before this call, which only a publish alone can tell (see
+// publish).
+func (a *Agent) sendEnvelope(ctx context.Context, e *wire.Envelope, alone bool) (held bool, err error) {
 	if e == nil {
-		return fmt.Errorf("%w: nil envelope", wire.ErrInvalidEnvelope)
+		return false, fmt.Errorf("%w: nil envelope", wire.ErrInvalidEnvelope)
 	}
 	if e.SenderID != a.id {
-		return fmt.Errorf("%w: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, e.SenderID, a.id)
+		return false, fmt.Errorf("%w: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, e.SenderID, a.id)
 	}
 	subject, err := a.subjectFor(e)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return a.publish(ctx, subject, e)
+	return a.publish(ctx, subject, e, alone)
 }
 
 func (a *Agent) subjectFor(e *wire.Envelope) (string, error) {
@@ -240,7 +264,8 @@ func (a *Agent) sendReply(ctx context.Context, e *wire.Envelope) error {
 	if err != nil {
 		return err
 	}
-	return a.publish(ctx, subject, e)
+	_, err = a.publish(ctx, subject, e, false)
+	return err
 }
 
 // outMsg is an encoded envelope ready to publish. Its data lives in a
@@ -294,29 +319,37 @@ func (a *Agent) encode(ctx context.Context, subject string, e *wire.Envelope) (o
 
 // publish validates e, encodes it and stores it on subject, retrying
 // retryable failures. A ctx that has ended, or a stopped agent, publishes
-// nothing.
-func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope) (err error) {
+// nothing. held reports that the stream acked an attempt as a duplicate
+// while no earlier attempt of this call could have stored e: it held e
+// before this call. A fast batch stores nothing for a duplicate without
+// saying so, so only a publish alone, whose first attempt never joins the
+// send line, can tell that of its first attempt.
+func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope, alone bool) (held bool, err error) {
 	// First: nothing of an invalid envelope goes anywhere, not a header, a
 	// span attribute nor an object.
 	if err := e.Validate(); err != nil {
-		return err
+		return false, err
 	}
 	if !a.fast.enter(a.js) {
-		return fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, e.MessageType, e.MessageID, subject)
+		return false, fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, e.MessageType, e.MessageID, subject)
 	}
 	defer a.fast.leave()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("agentkit: %s %s to %s not sent: %w", e.MessageType, e.MessageID, subject, err)
+		return false, fmt.Errorf("agentkit: %s %s to %s not sent: %w", e.MessageType, e.MessageID, subject, err)
 	}
 	ctx, span := a.startSend(ctx, subject, e)
 	defer func() { endSpan(span, err) }()
 	msg, err := a.encode(ctx, subject, e)
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.inject(ctx, msg.Header)
 	var tried attempts
-	err = a.publishFirst(ctx, msg)
+	if alone {
+		held, err = a.publishAlone(ctx, msg)
+	} else {
+		err = a.publishFirst(ctx, msg)
+	}
 	tried.add(err)
 	cause := err // the last failure of an attempt that ran its course
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
@@ -330,7 +363,9 @@ func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope) (
 			}
 			a.stats.publishRetries.Add(1)
 			start := time.Now()
-			err := a.publishOnce(ctx, msg)
+			mine := tried.unsure // an attempt of this call may have stored it
+			dup, err := a.publishAlone(ctx, msg)
+			held = dup && !mine
 			answer.observe(time.Since(start), err)
 			tried.add(err)
 			if err != nil && ctx.Err() == nil {
@@ -345,11 +380,11 @@ func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope) (
 	if err != nil {
 		err = tried.failure(fmt.Sprintf("%s %s to %s", e.MessageType, e.MessageID, subject), err, cause)
 		a.published(e, err, false, false)
-		return err
+		return false, err
 	}
 	msg.stored()
 	a.published(e, nil, false, false)
-	return nil
+	return held, nil
 }
 
 // publishBackOff is the retry schedule of failed publishes: exponential
@@ -670,9 +705,17 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error
 // publishOnce makes one attempt to publish msg on its own (see
 // publishEach).
 func (a *Agent) publishOnce(ctx context.Context, msg outMsg) error {
+	_, err := a.publishAlone(ctx, msg)
+	return err
+}
+
+// publishAlone is publishOnce, also reporting whether the stream acked
+// msg as a duplicate of a message id it held.
+func (a *Agent) publishAlone(ctx context.Context, msg outMsg) (dup bool, err error) {
 	var errs [1]error
-	a.publishEach(ctx, []outMsg{msg}, []int{0}, errs[:])
-	return errs[0]
+	var dups [1]bool
+	a.publishAcked(ctx, []outMsg{msg}, []int{0}, errs[:], dups[:])
+	return dups[0], errs[0]
 }
 
 // publishEach publishes msgs[i] for each i in todo asynchronously, then
@@ -681,6 +724,12 @@ func (a *Agent) publishOnce(ctx context.Context, msg outMsg) error {
 // publishes share one reply subscription instead of a request each. Once
 // ctx has ended it publishes nothing more.
 func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs []error) {
+	a.publishAcked(ctx, msgs, todo, errs, nil)
+}
+
+// publishAcked is publishEach, also setting dups[i], if dups is not nil,
+// when the stream acked msgs[i] as a duplicate.
+func (a *Agent) publishAcked(ctx context.Context, msgs []outMsg, todo []int, errs []error, dups []bool) {
 	futures := make([]jetstream.PubAckFuture, len(todo))
 	for j, i := range todo {
 		if err := ctx.Err(); err != nil {
@@ -698,7 +747,9 @@ func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs
 		if futures[j] != nil {
 			select {
 			case ack := <-futures[j].Ok():
-				a.countDuplicate(ack)
+				if a.countDuplicate(ack) && dups != nil {
+					dups[i] = true
+				}
 				continue
 			case errs[i] = <-futures[j].Err():
 			case <-ctx.Done():
@@ -718,11 +769,13 @@ func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs
 var asyncPublishOpts = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
 
 // countDuplicate counts ack in Stats.PublishDuplicates if the stream
-// stored nothing for it.
-func (a *Agent) countDuplicate(ack *jetstream.PubAck) {
+// stored nothing for it, and reports whether it did.
+func (a *Agent) countDuplicate(ack *jetstream.PubAck) bool {
 	if ack != nil && ack.Duplicate {
 		a.stats.publishDups.Add(1)
+		return true
 	}
+	return false
 }
 
 // denied returns ErrPermissionDenied when the server refused this
