@@ -168,6 +168,31 @@ func ExampleAgent_Send_invalidID() {
 	// agentkit: invalid id: subjects: invalid receiver id "planner.1": character '.' at byte 7 is not in [A-Za-z0-9_-]
 }
 
+// A Send whose publish could not be confirmed may have been stored:
+// Resend sends the same envelope again under its message id, which the
+// stream stores at most once, and tells whether it held it already.
+func ExampleAgent_Resend() {
+	ctx := context.Background()
+	nc := connect()
+	defer nc.Close()
+	orch, _ := agentkit.New(nc, "orch_4")
+	if err := orch.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer orch.Stop()
+
+	env, err := orch.Send(ctx, "archiver_1", "archive", map[string]string{"doc": "q3.pdf"})
+	if err != nil && !errors.Is(err, agentkit.ErrPublishUnconfirmed) {
+		panic(err) // not stored: a resend under any id is safe
+	}
+	// Here the Send was confirmed; after ErrPublishUnconfirmed the resend
+	// is the same, and held tells whether the first one got through.
+	held, err := orch.Resend(ctx, env)
+	fmt.Println(held, err)
+	// Output:
+	// true <nil>
+}
+
 // Middleware wraps every handler: here the outer one logs what each
 // message came to and the inner one refuses senders it does not know,
 // before the handler runs.
