@@ -43,6 +43,14 @@ var (
 	// or [WithMessageID] with its id): the stream then stores it at most
 	// once.
 	ErrPublishUnconfirmed = errors.New("agentkit: publish unconfirmed: the message may have been stored")
+	// ErrDuplicateRequest: a [Agent.Request] or [Agent.SendAndWait] under
+	// a message id (see [WithMessageID]) whose answer this agent cannot
+	// wait for: the stream already held the message and the answer came
+	// to an earlier call, or another call of this agent is waiting for it.
+	// The call fails at once rather than wait out its deadline. The
+	// message is stored once; retrying under a new id has it handled
+	// again.
+	ErrDuplicateRequest = errors.New("agentkit: duplicate request: its answer goes to an earlier call")
 	// ErrTimeout: no response or ack arrived before the context's deadline.
 	ErrTimeout = errors.New("agentkit: timed out waiting for reply")
 	// ErrPayloadTooLarge: the encoded envelope exceeds the connection's max payload.

@@ -3,6 +3,7 @@ package agentkit_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,8 +80,128 @@ func TestSendAndWait_NoAckIsUnconfirmed(t *testing.T) {
 		c, cancel := context.WithTimeout(ctx(t), 500*time.Millisecond)
 		_, err := sender.SendAndWait(c, "recv", "work", nil, opts...)
 		cancel()
-		if !errors.Is(err, agentkit.ErrPublishUnconfirmed) || errors.Is(err, agentkit.ErrPublish) {
+		if !errors.Is(err, agentkit.ErrPublishUnconfirmed) || errors.Is(err, agentkit.ErrPublish) || errors.Is(err, agentkit.ErrDuplicateRequest) {
 			t.Errorf("SendAndWait, %s: %v, want ErrPublishUnconfirmed alone", name, err)
 		}
+	}
+}
+
+// answerer starts "recv", whose "work" handler replies "done" and counts
+// its runs, and "orch".
+func answerer(t *testing.T) (orch *agentkit.Agent, runs *atomic.Int32) {
+	m := newMesh(t)
+	runs = new(atomic.Int32)
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		runs.Add(1)
+		return msg.Reply(ctx, "done", nil)
+	}})
+	return m.started("orch", nil, agentkit.WithRequestTimeout(time.Hour)), runs
+}
+
+// A Request or SendAndWait retried under the id of one that was answered
+// fails at once with ErrDuplicateRequest: the stream holds the message, so
+// no answer will come. The call's ctx outlasts the test's other waits, so
+// returning at all shows it did not wait; the failure is local, so the
+// breaker stays closed, and the receiver handled the message once.
+func TestRequest_RetryOfAnsweredIsDuplicate(t *testing.T) {
+	t.Parallel()
+	for name, call := range map[string]func(*agentkit.Agent, context.Context, ...agentkit.SendOption) error{
+		"Request": func(a *agentkit.Agent, c context.Context, opts ...agentkit.SendOption) error {
+			_, err := a.Request(c, "recv", "work", nil, opts...)
+			return err
+		},
+		"SendAndWait": func(a *agentkit.Agent, c context.Context, opts ...agentkit.SendOption) error {
+			_, err := a.SendAndWait(c, "recv", "work", nil, opts...)
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			orch, runs := answerer(t)
+			id := agentkit.WithMessageID(wire.NewMessageID())
+			if err := call(orch, ctx(t), id); err != nil {
+				t.Fatal(err)
+			}
+			err := call(orch, ctx(t), id)
+			if !errors.Is(err, agentkit.ErrDuplicateRequest) || agentkit.IsRetryable(err) {
+				t.Fatalf("retry: %v, want ErrDuplicateRequest, not retryable", err)
+			}
+			if st := orch.BreakerState("recv"); st != agentkit.BreakerClosed {
+				t.Errorf("breaker %s after a local failure", st)
+			}
+			if d := orch.Stats().PublishDuplicates; d != 1 {
+				t.Errorf("PublishDuplicates = %d, want the retry's 1", d)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("handled %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// A Request that ended before its answer came (here its ctx was
+// cancelled while the receiver handled it) and is retried under its id
+// after the answer arrived, as a late reply, fails at once too.
+func TestRequest_RetryAfterLateAnswerIsDuplicate(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		started <- struct{}{}
+		<-release
+		return msg.Reply(ctx, "done", nil)
+	}})
+	orch := m.started("orch", nil, agentkit.WithRequestTimeout(time.Hour))
+	id := agentkit.WithMessageID(wire.NewMessageID())
+	first, cancel := context.WithCancel(ctx(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := orch.Request(first, "recv", "work", nil, id)
+		done <- err
+	}()
+	<-started // stored and being handled
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first Request: %v, want context.Canceled", err)
+	}
+	close(release)
+	eventually(t, 10*time.Second, "the late answer", func() bool { return orch.Stats().Outcomes[agentkit.OutcomeLateReply] == 1 })
+	if _, err := orch.Request(ctx(t), "recv", "work", nil, id); !errors.Is(err, agentkit.ErrDuplicateRequest) {
+		t.Fatalf("retry: %v, want ErrDuplicateRequest", err)
+	}
+}
+
+// Two calls of one agent waiting under one message id: the second fails
+// at once, before publishing, and the first still gets the answer.
+func TestRequest_ConcurrentSameIDIsDuplicate(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
+		started <- struct{}{}
+		<-release
+		return msg.Reply(ctx, "done", nil)
+	}})
+	orch := m.started("orch", nil)
+	id := wire.NewMessageID()
+	type result struct {
+		reply *wire.Envelope
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := orch.Request(ctx(t), "recv", "work", nil, agentkit.WithMessageID(id))
+		done <- result{r, err}
+	}()
+	<-started
+	if _, err := orch.Request(ctx(t), "recv", "work", nil, agentkit.WithMessageID(id)); !errors.Is(err, agentkit.ErrDuplicateRequest) {
+		t.Fatalf("second Request: %v, want ErrDuplicateRequest", err)
+	}
+	if d := orch.Stats().PublishDuplicates; d != 0 {
+		t.Errorf("PublishDuplicates = %d: the second Request published", d)
+	}
+	close(release)
+	if r := <-done; r.err != nil || r.reply.InReplyTo != id {
+		t.Fatalf("first Request: reply %+v, err %v; want the answer to %s", r.reply, r.err, id)
 	}
 }

@@ -28,6 +28,9 @@ type SendOption func(*outgoing)
 type outgoing struct {
 	*wire.Envelope
 	fallback string // capability to route by when the receiver's circuit is open
+	// idGiven is set when the caller chose the message id
+	// ([WithMessageID]): the stream may hold the message already.
+	idGiven bool
 }
 
 // WithFallback lets a send to an agent whose circuit is open go instead to
@@ -73,7 +76,11 @@ func WithReceiverType(t string) SendOption { return func(e *outgoing) { e.Receiv
 
 // WithMessageID sets message_id instead of a new UUID, e.g. to resend a
 // message idempotently: within the stream's duplicate window (2 minutes) a
-// second publish with the same id is stored and delivered only once.
+// second publish with the same id is stored and delivered only once. A
+// [Agent.Request] or [Agent.SendAndWait] retried under the id of one whose
+// publish was unconfirmed, or that timed out, receives the answer to the
+// stored message if it is still to come, and fails at once with
+// [ErrDuplicateRequest] if it already came to the earlier call.
 func WithMessageID(id string) SendOption { return func(e *outgoing) { e.MessageID = id } }
 
 // WithMetadata sets one metadata entry.
@@ -109,9 +116,11 @@ func (a *Agent) compose(ctx context.Context, t wire.MessageType, action string, 
 		e.Correlation, e.WorkflowID, e.TaskID, e.SessionID, e.Context = in.Correlation, in.WorkflowID, in.TaskID, in.SessionID, in.Context
 	}
 	o := &outgoing{Envelope: e}
+	id := e.MessageID
 	for _, opt := range opts {
 		opt(o)
 	}
+	o.idGiven = e.MessageID != id
 	if e.Correlation == "" {
 		e.Correlation = e.MessageID
 	}
@@ -824,23 +833,36 @@ func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, 
 	return context.WithTimeout(ctx, d)
 }
 
-// await sends e and waits for the reply accept admits.
-func (a *Agent) await(ctx context.Context, e *wire.Envelope, accept func(*wire.Envelope) bool) (*wire.Envelope, error) {
+// await sends o and waits for the reply accept admits. A message whose
+// id the caller chose may be one the stream holds already, from an
+// earlier call: if that call received the answer, no other will come, and
+// await fails at once with ErrDuplicateRequest; if it is still to come,
+// await receives it. Telling the two apart takes the stream's duplicate
+// flag, so such a message is published alone (see publish).
+func (a *Agent) await(ctx context.Context, o *outgoing, accept func(*wire.Envelope) bool) (*wire.Envelope, error) {
+	e := o.Envelope
 	if a.lifecycle() == stateNew {
 		return nil, fmt.Errorf("%w: waiting for a reply needs a started agent", ErrNotStarted)
 	}
-	w := a.addWaiter(e.MessageID, accept)
+	w, err := a.addWaiter(e.MessageID, accept)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s to %s: another call of this agent is waiting for its answer", err, e.Action, e.MessageID, e.ReceiverID)
+	}
 	if w == nil {
 		return nil, fmt.Errorf("%w: cannot wait for a reply to %s", ErrClosed, e.Action)
 	}
-	defer a.removeWaiter(e.MessageID)
+	defer a.removeWaiter(e.MessageID, w)
 	if a.lifecycle() != stateStarted { // stopping: it no longer reads its replies
 		return nil, fmt.Errorf("%w: cannot wait for a reply to %s", ErrClosed, e.Action)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.requestTimeout)
 	defer cancel()
-	if err := a.SendEnvelope(ctx, e); err != nil {
+	held, err := a.sendEnvelope(ctx, e, o.idGiven)
+	if err != nil {
 		return nil, err
+	}
+	if held && a.answeredBefore(e.MessageID, w) {
+		return nil, fmt.Errorf("%w: %s %s to %s: the stream held it already", ErrDuplicateRequest, e.Action, e.MessageID, e.ReceiverID)
 	}
 	select {
 	case r, ok := <-w.ch:
@@ -870,6 +892,14 @@ func remoteError(r *wire.Envelope) error {
 // the request timeout, [WithRequestTimeout]) is [ErrTimeout]. A response
 // arriving after that is acked, dropped and counted as [OutcomeLateReply].
 // The agent must be started.
+//
+// A request whose publish could not be confirmed ([ErrPublishUnconfirmed])
+// may have been stored and be answered. To retry one safely, give it an
+// id ([WithMessageID] with a [wire.NewMessageID]) and retry under the same
+// id: the stream stores it once, and the retry receives the answer if it
+// is still to come, or fails at once with [ErrDuplicateRequest] if it
+// came to the earlier call (the agent remembers that of the last few
+// thousand ids answered). The same holds for a retry after [ErrTimeout].
 func (a *Agent) Request(ctx context.Context, to, action string, payload any, opts ...SendOption) (*wire.Envelope, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
@@ -916,7 +946,7 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*wire.Enve
 		o.Priority = wire.PriorityLow
 	}
 	start := time.Now()
-	r, err = a.await(ctx, o.Envelope, accept)
+	r, err = a.await(ctx, o, accept)
 	var elapsed time.Duration
 	if err == nil {
 		elapsed = time.Since(start)
@@ -947,7 +977,8 @@ type Ack struct {
 // [*wire.Error] carrying the code and reason. Busy receivers do not NACK: the
 // broker redelivers on the priority's backoff and the ACK comes when the
 // message is finally handled, so ctx should allow for the retries. The
-// agent must be started.
+// agent must be started. A failed publish, and a retry under the same
+// message id, are as for [Agent.Request].
 func (a *Agent) SendAndWait(ctx context.Context, to, action string, payload any, opts ...SendOption) (*Ack, error) {
 	o, err := a.composeTo(ctx, to, action, payload, opts)
 	if err != nil {
