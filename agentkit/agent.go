@@ -302,7 +302,6 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	a.sources.Store(&sources)
 	a.quit, a.cut, a.exits = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
-	a.scanDone, a.scanWake = make(chan struct{}), make(chan struct{}, 1) // before the readers, which wake the scanner
 	a.runCtx, a.cancel = context.WithCancel(context.Background())
 	for q, spec := range queueOrder {
 		// An adaptive source's queue holds its largest generation besides
@@ -326,6 +325,7 @@ func (a *Agent) start(ctx context.Context) error {
 	for i := range a.opts.concurrency {
 		go a.work(a.queues[:], &a.crew[i+1])
 	}
+	a.scanDone, a.scanWake = make(chan struct{}), make(chan struct{}, 1)
 	a.scanner.Go(func() { a.scan(a.crew, a.keepAliveTick(), a.scanDone) })
 	if a.registry != nil {
 		if err := a.announce(ctx, StatusReady); err != nil {
