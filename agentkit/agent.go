@@ -60,7 +60,6 @@ type Agent struct {
 	readers  sync.WaitGroup
 	scanner  sync.WaitGroup // the keep-alive scanner
 	scanDone chan struct{}
-	scanWake chan struct{} // a reader took a message (see wakeScanner)
 	closed   chan struct{}
 
 	// The connection watch (see watchConn): lost is why the agent stopped
@@ -325,7 +324,7 @@ func (a *Agent) start(ctx context.Context) error {
 	for i := range a.opts.concurrency {
 		go a.work(a.queues[:], &a.crew[i+1])
 	}
-	a.scanDone, a.scanWake = make(chan struct{}), make(chan struct{}, 1)
+	a.scanDone = make(chan struct{})
 	a.scanner.Go(func() { a.scan(a.crew, a.keepAliveTick(), a.scanDone) })
 	if a.registry != nil {
 		if err := a.announce(ctx, StatusReady); err != nil {

@@ -65,7 +65,6 @@ func (a *Agent) read(src *source, out chan<- *delivery) {
 		if h.Get(headerPinID) != "" {
 			src.repin.Store(true) // nats.go took it for a pin; receive terminates the message
 		}
-		a.wakeScanner()
 		d := &delivery{msg: msg, priority: src.spec.priority, policy: &src.policy, src: src, task: h.Get(wire.HeaderTaskID), lastProgress: time.Now()}
 		if md, err := msg.Metadata(); err == nil {
 			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
@@ -552,9 +551,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 // timeout) without one, so neither a slow handler nor the queue behind it
 // is taken for a dead consumer; and it cancels handlers that reached their
 // processing limit. One scanner instead of a timer per message keeps the
-// hot path cheap. While the runtime holds nothing it stops ticking until a
-// reader takes a message (see wakeScanner): an idle agent costs no
-// wake-ups, which counts with many agents in one process.
+// hot path cheap.
 func (a *Agent) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -564,13 +561,11 @@ func (a *Agent) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
 		case <-done:
 			return
 		case now := <-t.C:
-			held := false
 			for i := range crew {
 				d := crew[i].slot.Load()
 				if d == nil {
 					continue
 				}
-				held = true
 				if now.Sub(d.start) >= d.policy.ProcessingLimit {
 					d.cancel(errProcessingLimit) // no more InProgress: the broker will see a timeout unless the handler returns
 					continue
@@ -578,32 +573,11 @@ func (a *Agent) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
 				keepAlive(now, d, progress)
 			}
 			for _, s := range *a.sources.Load() {
-				held = s.waiting.keepAlive(now, progress) || held
+				s.waiting.keepAlive(now, progress)
 			}
-			held = a.lanes.keepAlive(now, progress) || held
+			a.lanes.keepAlive(now, progress)
 			a.handled.rotate(now)
-			if held {
-				continue
-			}
-			// Every message passes the waiting set on its way to a handler
-			// or lane, and its reader wakes the scanner after taking it: a
-			// wake-up sent since this look is pending, so none is missed.
-			t.Stop()
-			select {
-			case <-done:
-				return
-			case <-a.scanWake:
-			}
-			t.Reset(tick)
 		}
-	}
-}
-
-// wakeScanner tells an idle scanner that a reader took a message.
-func (a *Agent) wakeScanner() {
-	select {
-	case a.scanWake <- struct{}{}:
-	default: // a wake-up is pending already
 	}
 }
 

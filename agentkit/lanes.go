@@ -59,9 +59,8 @@ func (l *lanes) leave(d *delivery) *delivery {
 	return next
 }
 
-// keepAlive sends InProgress (via progress) for queued messages due one,
-// and reports whether any lane is open.
-func (l *lanes) keepAlive(now time.Time, progress func(*delivery)) bool {
+// keepAlive sends InProgress (via progress) for queued messages due one.
+func (l *lanes) keepAlive(now time.Time, progress func(*delivery)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, q := range l.m {
@@ -69,7 +68,6 @@ func (l *lanes) keepAlive(now time.Time, progress func(*delivery)) bool {
 			keepAlive(now, d, progress)
 		}
 	}
-	return len(l.m) > 0
 }
 
 // drop returns every queued message, emptying the lanes.

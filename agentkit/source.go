@@ -243,15 +243,13 @@ func (w *waiting) remove(d *delivery) {
 	w.mu.Unlock()
 }
 
-// keepAlive sends InProgress (via progress) for waiting messages due one,
-// and reports whether any message waits.
-func (w *waiting) keepAlive(now time.Time, progress func(*delivery)) bool {
+// keepAlive sends InProgress (via progress) for waiting messages due one.
+func (w *waiting) keepAlive(now time.Time, progress func(*delivery)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for d := range w.m {
 		keepAlive(now, d, progress)
 	}
-	return len(w.m) > 0
 }
 
 // drop returns every waiting message, emptying the set.
