@@ -128,6 +128,9 @@ func TestAlerts_NakExhaustedIsNoTimeout(t *testing.T) {
 	if sev, ok := activeAlerts(t, st)["worker/timeout_rate"]; ok {
 		t.Errorf("timeout-rate alert %s raised for messages exhausted by NAKs", sev)
 	}
+	// The alert is logged once it is stored: wait for the line, then
+	// check how it reads.
+	eventually(t, 20*time.Second, "the alert's log line", func() bool { return strings.Contains(logs.String(), "kind=ack_rate") })
 	if !strings.Contains(logs.String(), `agent=worker kind=ack_rate severity=critical value=85.0% threshold=90.0%`) {
 		t.Errorf("the alert's log gives no percentages:\n%s", logs.String())
 	}
