@@ -139,7 +139,7 @@ func (a *Agent) admitFanout(d *delivery, h nats.Header) bool {
 	if err != nil {
 		return true // receive terminates it as invalid
 	}
-	d.priority = wire.Priority(sub.Priority)
+	d.subject, d.priority = sub, wire.Priority(sub.Priority)
 	d.policy = a.policies[d.priority]
 	switch {
 	case sub.Sender == a.id:
@@ -399,10 +399,12 @@ func (a *Agent) receive(d *delivery) bool {
 		a.terminateInvalid(d, err.Error())
 		return false
 	}
-	sub, err := a.opts.scheme.Parse(msg.Subject())
-	if err != nil {
-		a.terminateInvalid(d, err.Error())
-		return false
+	sub := d.subject // parsed already by a fan-out reader (admitFanout)
+	if sub.Kind == "" {
+		if sub, err = a.opts.scheme.Parse(msg.Subject()); err != nil {
+			a.terminateInvalid(d, err.Error())
+			return false
+		}
 	}
 	if reason := a.checkRouting(env, sub); reason != "" {
 		a.terminateInvalid(d, reason)
