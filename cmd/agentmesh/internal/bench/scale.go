@@ -267,16 +267,14 @@ func (r *scaleRun) run(ctx context.Context, prefix string) (res ScaleResult, err
 	if r.js, err = jetstream.New(cs[0]); err != nil {
 		return res, err
 	}
-	// Through createStream, for the same reason as every stream of the
-	// bench: the previous row has just deleted its streams.
-	cfg := agentkit.StreamConfig(r.scheme, 1)
-	_, err = createStream(ctx, r.js, cfg)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMaximumConsumersLimit {
-		// An account limit below the stream's own, as agentkit.EnsureStream
-		// handles it: the account's applies.
-		cfg.MaxConsumers = 0
-		_, err = createStream(ctx, r.js, cfg)
+	// As agents create it (an account's consumer cap included), retried
+	// like every stream of the bench: the previous row has just deleted
+	// its streams, and the server may fail to create the store at once.
+	for attempt := 1; ; attempt++ {
+		err = agentkit.EnsureStream(ctx, r.js, agentkit.StreamConfig(r.scheme, 1))
+		if err == nil || attempt == storeAttempts || !storeFailed(err) {
+			break
+		}
 	}
 	if err != nil {
 		return res, err
