@@ -22,7 +22,9 @@
 // Messages are written in batches, one store transaction per batch, and
 // acked only after the commit. Writes are idempotent (see package store),
 // so redeliveries and replays change nothing. A batch the store refuses
-// is written again one message at a time; a message the store keeps
+// is written again in halves until the refused messages stand alone
+// (while the store's probe write fails, nothing is tried); a message the
+// store keeps
 // refusing on its own (5 tries in which it took other writes: other
 // messages or, for a message alone, a probe write) is terminated, logged
 // and counted in ackmonitor_intake_refused_total, so it cannot hold up the

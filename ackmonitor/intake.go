@@ -21,7 +21,7 @@ import (
 // intake writes the mesh's sends and consumer events to the ledger: it
 // pulls the sends and events consumers (pull), writes the events received
 // on core NATS (directIntake), and keeps the count of messages the ledger
-// refuses (writeEach). It renews the lease with the events pulls served as
+// refuses (writeSplit). It renews the lease with the events pulls served as
 // the pin holder's, and tells the follow-ups of rows to follow up and of
 // how far the events are written.
 type intake struct {
@@ -211,14 +211,14 @@ func (in *intake) pullSends(ctx context.Context, cons jetstream.Consumer) {
 
 // pull pulls batches from cons (in the pinned priority group), writes
 // each batch in one store transaction and acks its messages only after
-// the commit. A batch that fails is written again one message at a time
-// (writeEach), so one message the ledger refuses cannot hold up the rest;
+// the commit. A batch that fails is written again in parts (writeSplit),
+// so one message the ledger refuses cannot hold up the rest;
 // the ledger's idempotency makes the retries safe. isEvents tells the
 // events consumer, whose pulls renew the lease, from the sends consumer.
 func (in *intake) pull(ctx context.Context, cons jetstream.Consumer, isEvents bool, toBatch func([]jetstream.Msg) intakeBatch) {
-	refused := map[uint64]int{} // see writeEach
+	refused := map[uint64]int{} // see writeSplit
 	// The events written (followUps.eventsWritten) may not pass a failed
-	// write's NAKed events before they are redelivered (writeEach's
+	// write's NAKed events before they are redelivered (writeSplit's
 	// delay): a pull before then finds them missing, not written.
 	var nakedUntil int64
 	through := func(pulled int64) {
@@ -261,8 +261,8 @@ func (in *intake) pull(ctx context.Context, cons jetstream.Consumer, isEvents bo
 			in.eventsHeld.Store(0) // before the acks, so a status check errs on the side of waiting
 		}
 		if err != nil {
-			in.cfg.Logger.Error("ledger write failed; writing the batch one message at a time", "n", len(msgs), "err", err)
-			if !in.writeEach(ctx, cons, msgs, toBatch, refused) {
+			in.cfg.Logger.Error("ledger write failed; writing the batch in parts", "n", len(msgs), "err", err)
+			if !in.writeSplit(ctx, cons, msgs, toBatch, refused) {
 				sleep(ctx, time.Second) // nothing written: the store is down
 			}
 			nakedUntil = time.Now().Add(intakeNakDelay).UnixNano()
@@ -303,55 +303,69 @@ func (in *intake) committed(msgs []jetstream.Msg, b intakeBatch, applied store.A
 // redelivery.
 const intakeNakDelay = time.Second
 
-// maxIntakeAttempts is how many passes of writeEach may refuse a message
+// maxIntakeAttempts is how many passes of writeSplit may refuse a message
 // while the store takes other writes before the message is terminated.
 const maxIntakeAttempts = 5
 
-// maxRefused bounds writeEach's count of refusals; past it the count
+// maxRefused bounds writeSplit's count of refusals; past it the count
 // starts again.
 const maxRefused = 10000
 
-// writeEach writes msgs one at a time after their batch failed, acking
-// each one written, and reports whether any was. A message that fails is
-// NAKed for redelivery. When the store takes other writes in the same
-// pass, the failure is the message's (data the store cannot take), not
-// the store's, and counts in refused (by stream sequence); at
-// maxIntakeAttempts the message is terminated, logged and counted in
-// ackmonitor_intake_refused_total instead of failing every batch it lands
-// in for good. Other writes are those of other messages of the pass or,
-// when none was written (the message is alone), a store probe after the
-// failures: an empty batch, which the store commits as a write. While
-// the store is down nothing is written, the probe fails and nothing
-// counts: after three failures and no write, the rest wait for their
-// redelivery untried. A refused event is recorded as such (store.Batch
-// Refused) before it is terminated, so no ACK is inferred for a message
-// whose TERM or MAX_DELIVERIES is lost; while that fails it is NAKed.
-func (in *intake) writeEach(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch, refused map[uint64]int) bool {
+// writeSplit writes msgs after their batch failed, acking each one
+// written, and reports whether any was. While the store is down (its
+// probe fails) nothing is tried and every message is NAKed for
+// redelivery. Otherwise the batch is halved until the parts that fail are
+// single messages, so one message the store refuses costs a few writes
+// per pass rather than one per message of the batch. A message that fails
+// alone is NAKed for redelivery. When the store takes other writes in the
+// same pass (the other messages' or, when none was written, a probe
+// after the failures), the failure is the message's (data the store
+// cannot take), not the store's, and counts in refused (by stream
+// sequence); at maxIntakeAttempts the message is terminated, logged and
+// counted in ackmonitor_intake_refused_total instead of failing every
+// batch it lands in for good. A refused event is recorded as such
+// (store.Batch Refused) before it is terminated, so no ACK is inferred
+// for a message whose TERM or MAX_DELIVERIES is lost; while that fails it
+// is NAKed.
+func (in *intake) writeSplit(ctx context.Context, cons jetstream.Consumer, msgs []jetstream.Msg, toBatch func([]jetstream.Msg) intakeBatch, refused map[uint64]int) bool {
+	if in.probe(ctx) != nil {
+		for _, msg := range msgs {
+			_ = msg.NakWithDelay(intakeNakDelay)
+		}
+		return false
+	}
 	type failure struct {
 		msg jetstream.Msg
 		err error
 	}
 	var failed []failure
 	wrote := false
-	for i, msg := range msgs {
-		if !wrote && len(failed) == 3 {
-			for _, rest := range msgs[i:] {
-				_ = rest.NakWithDelay(intakeNakDelay)
-			}
-			break
-		}
-		one := []jetstream.Msg{msg}
-		b := toBatch(one)
+	var write func(part []jetstream.Msg)
+	write = func(part []jetstream.Msg) {
+		b := toBatch(part)
 		applied, err := in.apply(ctx, b.Batch)
-		if err != nil {
-			failed = append(failed, failure{msg, err})
-			continue
+		switch {
+		case err == nil:
+			in.committed(part, b, applied)
+			for _, msg := range part {
+				delete(refused, streamSeq(msg))
+			}
+			// Only a store write is evidence the store takes writes: a
+			// message the intake ignores (or directIntake wrote) writes
+			// nothing.
+			wrote = wrote || len(b.Sends)+len(b.Events) > 0
+		case len(part) == 1:
+			failed = append(failed, failure{part[0], err})
+		default:
+			write(part[:len(part)/2])
+			write(part[len(part)/2:])
 		}
-		in.committed(one, b, applied)
-		delete(refused, streamSeq(msg))
-		// Only a store write is evidence the store takes writes: a message
-		// the intake ignores (or directIntake wrote) writes nothing.
-		wrote = wrote || len(b.Sends)+len(b.Events) > 0
+	}
+	if len(msgs) == 1 {
+		write(msgs)
+	} else { // the whole batch failed already
+		write(msgs[:len(msgs)/2])
+		write(msgs[len(msgs)/2:])
 	}
 	if len(refused) > maxRefused {
 		clear(refused) // entries of messages handled elsewhere since (another instance, MaxAge)

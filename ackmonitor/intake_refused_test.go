@@ -97,9 +97,10 @@ func TestIntake_OutageTerminatesNothingAlone(t *testing.T) {
 	if _, err := client.Send(ctx, "worker", "ok", nil, agentkit.WithMessageID("alone")); err != nil {
 		t.Fatal(err)
 	}
-	// Several times the passes a refused message gets (5, about 1s each).
+	// Several times the passes a refused message gets (5, about 2s each,
+	// each refusing the batch and the probe).
 	eventually(t, 60*time.Second, "many refusals (or a termination)", func() bool {
-		return o.refusals.Load() >= 30 || refusedTotal(metrics.URL, "ackmonitor_sends") > 0
+		return o.refusals.Load() >= 20 || refusedTotal(metrics.URL, "ackmonitor_sends") > 0
 	})
 	if v := refusedTotal(metrics.URL, "ackmonitor_sends"); v != 0 {
 		t.Fatalf("%v messages terminated during an outage", v)
@@ -161,10 +162,10 @@ func TestIntake_LockedLedgerTerminatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Well past the 5 passes a refused message gets (each pass fails a
-	// write per message, and the batch or the probe).
+	// Well past the 5 passes a refused message gets (each pass fails the
+	// batch and the probe).
 	eventually(t, 60*time.Second, "many failed writes (or a termination)", func() bool {
-		return failures.Load() >= 20*sends || refusedTotal(metrics.URL, "ackmonitor_sends") > 0
+		return failures.Load() >= 40 || refusedTotal(metrics.URL, "ackmonitor_sends") > 0
 	})
 	if v := refusedTotal(metrics.URL, "ackmonitor_sends"); v != 0 {
 		t.Fatalf("%v sends terminated while the ledger table was locked", v)
