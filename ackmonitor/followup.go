@@ -251,6 +251,14 @@ func escalationID(r store.Record) string {
 // copies under the same message ids.
 const copyTimeout = 2 * time.Second
 
+// readTimeout bounds the read of a row's original after attempts failed
+// tries: copyTimeout, doubled with each failure up to 30s. An original
+// near the max payload can take longer than copyTimeout to serve on a
+// busy server; with a fixed bound every retry would fail the same way.
+func readTimeout(attempts int) time.Duration {
+	return min(copyTimeout<<min(max(attempts, 0), 4), 30*time.Second)
+}
+
 // recordTimeout bounds a follow-up's ledger write. It waits for the
 // intakes' writes (SQLite takes one writer at a time), which take long
 // under load: a write that gave up after copyTimeout failed a whole batch
@@ -299,7 +307,7 @@ func (f *followUps) batch(ctx context.Context, mesh jetstream.Stream, rows []sto
 	}
 	parallel(len(tasks), followUpWorkers, func(i int) {
 		t := tasks[i]
-		rctx, cancel := context.WithTimeout(ctx, copyTimeout)
+		rctx, cancel := context.WithTimeout(ctx, readTimeout(t.r.FollowUpAttempts))
 		defer cancel()
 		orig, err := mesh.GetMsg(rctx, t.r.StreamSeq)
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
