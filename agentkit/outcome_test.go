@@ -144,11 +144,12 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	m := newMesh(t)
 	adv := m.watchAdvisories()
 	// Margins of many scheduler delays on a loaded machine under -race: the
-	// keep-alive, every second, must beat a 2s ack wait (it once lost a 1s
-	// one in CI, a case TestOutcome_RedeliveryOvertakesRunningHandler
-	// covers), and the limit is two ack waits.
-	pol := fastPolicy(2*time.Second, 2*time.Second)
-	pol.ProcessingLimit = 4 * time.Second
+	// keep-alive, every 750ms, must beat a 3s ack wait (it lost a 2s one
+	// when three suites ran at once, a case
+	// TestOutcome_RedeliveryOvertakesRunningHandler covers), and the limit
+	// is two ack waits.
+	pol := fastPolicy(3*time.Second, 3*time.Second)
+	pol.ProcessingLimit = 6 * time.Second
 	var rec recorder
 	m.started("recv", map[string]agentkit.HandlerFunc{"work": func(ctx context.Context, msg *agentkit.Message) error {
 		rec.handle(nil)(ctx, msg)
@@ -167,7 +168,7 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	if rec.count() != 2 {
 		t.Fatalf("handled %d times, want 2 (MaxDeliver)", rec.count())
 	}
-	// The handler ran longer than the 2s ack wait: InProgress kept the
+	// The handler ran longer than the 3s ack wait: InProgress kept the
 	// first delivery alive, so the retry came from the NAK after the limit.
 	rec.mu.Lock()
 	gap := rec.at[1].Sub(rec.at[0])
