@@ -17,8 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
@@ -94,8 +92,7 @@ type Agent struct {
 	drainCtx   context.Context
 	invalidLog *sampledLog // invalid input, logged by sample
 
-	tracer     trace.Tracer
-	propagator propagation.TextMapPropagator
+	tracing tracing
 
 	waitMu  sync.Mutex
 	waiters map[string]*waiter
@@ -167,6 +164,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		waiters:    map[string]*waiter{},
 		invalidLog: newSampledLog(),
 	}
+	a.objects = newPayloadStore(js, &a.opts)
 	a.policies = make(map[wire.Priority]*DeliveryPolicy, len(o.policies))
 	for p, pol := range o.policies {
 		a.policies[p] = &pol
@@ -178,10 +176,10 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	a.tracer = tp.Tracer(tracerName)
-	a.propagator = o.propagator
-	if a.propagator == nil {
-		a.propagator = otel.GetTextMapPropagator()
+	a.tracing.tracer = tp.Tracer(tracerName)
+	a.tracing.propagator = o.propagator
+	if a.tracing.propagator == nil {
+		a.tracing.propagator = otel.GetTextMapPropagator()
 	}
 	for _, h := range o.hooks.newAgent {
 		h.OnNewAgent(a)

@@ -509,7 +509,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 		a.settle(d, Reject(wire.CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
 		return true
 	}
-	ctx, span := a.startHandle(withHandling(a.runCtx, d.env), d)
+	ctx, span := a.tracing.startHandle(withHandling(a.runCtx, d.env), d)
 	ctx, cancel := context.WithCancelCause(ctx)
 	d.start, d.cancel, d.span = time.Now(), cancel, span
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}

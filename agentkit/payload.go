@@ -18,23 +18,34 @@ import (
 // headerRoom is left under the server's max payload for headers.
 const headerRoom = 4 << 10
 
-// payloadStore opens the object store lazily, once.
+// payloadStore is the object store of large envelopes, opened lazily,
+// once: the send side offloads envelopes to it, the receive side claims
+// and releases them.
 type payloadStore struct {
+	js        jetstream.JetStream
+	cfg       jetstream.ObjectStoreConfig
+	provision bool // create the bucket if missing (see WithProvisioning)
+
 	mu    sync.Mutex
 	store jetstream.ObjectStore
 }
 
-func (a *Agent) payloads(ctx context.Context) (jetstream.ObjectStore, error) {
-	a.objects.mu.Lock()
-	defer a.objects.mu.Unlock()
-	if a.objects.store != nil {
-		return a.objects.store, nil
+func newPayloadStore(js jetstream.JetStream, o *options) payloadStore {
+	return payloadStore{js: js, cfg: bucket.Payloads(o.scheme, o.replicas), provision: o.provision}
+}
+
+// open returns the store, opening it on first use.
+func (p *payloadStore) open(ctx context.Context) (jetstream.ObjectStore, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.store != nil {
+		return p.store, nil
 	}
-	s, err := bucket.ObjectStore(ctx, a.js, bucket.Payloads(a.opts.scheme, a.opts.replicas), a.opts.provision)
+	s, err := bucket.ObjectStore(ctx, p.js, p.cfg, p.provision)
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: payload store: %w", err)
 	}
-	a.objects.store = s
+	p.store = s
 	return s, nil
 }
 
@@ -48,7 +59,7 @@ func (a *Agent) offload(ctx context.Context, e *wire.Envelope, data []byte) ([]b
 	if err != nil {
 		return nil, err
 	}
-	store, err := a.payloads(ctx)
+	store, err := a.objects.open(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +109,7 @@ func checkRef(ref, msgID string) string {
 func (a *Agent) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
 	defer cancel()
-	store, err := a.payloads(ctx)
+	store, err := a.objects.open(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -167,7 +178,7 @@ func (a *Agent) release(d *delivery) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
 	defer cancel()
-	store, err := a.payloads(ctx)
+	store, err := a.objects.open(ctx)
 	if err == nil {
 		err = store.Delete(ctx, ref)
 	}

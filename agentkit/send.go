@@ -346,13 +346,13 @@ func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope, a
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("agentkit: %s %s to %s not sent: %w", e.MessageType, e.MessageID, subject, err)
 	}
-	ctx, span := a.startSend(ctx, subject, e)
+	ctx, span := a.tracing.startSend(ctx, subject, e)
 	defer func() { endSpan(span, err) }()
 	msg, err := a.encode(ctx, subject, e)
 	if err != nil {
 		return false, err
 	}
-	a.inject(ctx, msg.Header)
+	a.tracing.inject(ctx, msg.Header)
 	var tried attempts
 	if alone {
 		held, err = a.publishAlone(ctx, msg)
@@ -637,7 +637,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error
 		return fmt.Errorf("agentkit: batch of %d messages not sent: %w", len(envs), err)
 	}
 	parent := trace.SpanContextFromContext(ctx)
-	ctx, span := a.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
+	ctx, span := a.tracing.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.Int("messaging.batch.message_count", len(envs))))
 	defer func() { endSpan(span, err) }()
 	recording := span.IsRecording()
@@ -651,7 +651,7 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error
 		if msgs[i], err = a.encode(ctx, subject[i], e); err != nil {
 			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
 		}
-		a.inject(ctx, msgs[i].Header)
+		a.tracing.inject(ctx, msgs[i].Header)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
 	defer cancel()
@@ -929,7 +929,7 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*wire.Enve
 		// counts against the destination nor looks for another one.
 		return nil, fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, o.MessageType, o.MessageID, o.ReceiverID)
 	}
-	ctx, span := a.startRequest(ctx, o)
+	ctx, span := a.tracing.startRequest(ctx, o)
 	defer func() { endSpan(span, err) }()
 	done, trial, err := a.allow(o.ReceiverID)
 	if err != nil {

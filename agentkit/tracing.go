@@ -37,6 +37,13 @@ func (c headerCarrier) Keys() []string {
 
 var _ propagation.TextMapCarrier = headerCarrier{}
 
+// tracing is the agent's tracer and propagator: the send side starts
+// producer and client spans with it, the receive side consumer spans.
+type tracing struct {
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+}
+
 // Span start options, built once: the hot path allocates nothing for them.
 var (
 	sendSpan    = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
@@ -48,9 +55,9 @@ var (
 // records its ids in the envelope's trace field, so readers
 // of the body alone see the same trace as the headers. Attributes are only
 // built for spans that record.
-func (a *Agent) startSend(ctx context.Context, subject string, e *wire.Envelope) (context.Context, trace.Span) {
+func (t *tracing) startSend(ctx context.Context, subject string, e *wire.Envelope) (context.Context, trace.Span) {
 	parent := trace.SpanContextFromContext(ctx)
-	ctx, span := a.tracer.Start(ctx, "send "+e.Action, sendSpan...)
+	ctx, span := t.tracer.Start(ctx, "send "+e.Action, sendSpan...)
 	if !span.IsRecording() {
 		return ctx, span
 	}
@@ -79,21 +86,21 @@ func mirrorTrace(e *wire.Envelope, span trace.Span, parent trace.SpanContext) {
 }
 
 // inject writes ctx's trace context into h.
-func (a *Agent) inject(ctx context.Context, h nats.Header) {
-	a.propagator.Inject(ctx, headerCarrier(h))
+func (t *tracing) inject(ctx context.Context, h nats.Header) {
+	t.propagator.Inject(ctx, headerCarrier(h))
 }
 
 // startHandle starts the consumer span of handling d: a child of the
 // sending span carried in the headers (so a conversation across agents is
 // one trace), linked to it, and tagged with the delivery attempt.
-func (a *Agent) startHandle(ctx context.Context, d *delivery) (context.Context, trace.Span) {
-	remote := a.propagator.Extract(ctx, headerCarrier(d.msg.Headers()))
+func (t *tracing) startHandle(ctx context.Context, d *delivery) (context.Context, trace.Span) {
+	remote := t.propagator.Extract(ctx, headerCarrier(d.msg.Headers()))
 	rsc := trace.SpanContextFromContext(remote)
 	opts := handleSpan
 	if rsc.IsValid() {
 		opts = append(slices.Clip(handleSpan), trace.WithLinks(trace.Link{SpanContext: rsc}))
 	}
-	ctx, span := a.tracer.Start(remote, "handle "+d.env.Action, opts...)
+	ctx, span := t.tracer.Start(remote, "handle "+d.env.Action, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("messaging.system", "nats"),
@@ -110,8 +117,8 @@ func (a *Agent) startHandle(ctx context.Context, d *delivery) (context.Context, 
 }
 
 // startRequest starts the client span of a Request or SendAndWait.
-func (a *Agent) startRequest(ctx context.Context, o *outgoing) (context.Context, trace.Span) {
-	ctx, span := a.tracer.Start(ctx, "request "+o.Action, requestSpan...)
+func (t *tracing) startRequest(ctx context.Context, o *outgoing) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, "request "+o.Action, requestSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("agentmesh.receiver", o.ReceiverID), attribute.String("agentmesh.action", o.Action))
 	}
