@@ -80,9 +80,6 @@ type Agent struct {
 	// announceMu orders a heartbeat's status against shutdown's STOPPING,
 	// so a READY decided before the stop cannot land after it.
 	announceMu sync.Mutex
-	breakers   breakers
-	fast       fastBatches  // whether SendBatch may use fast batch publish
-	line       sendLine     // concurrent Sends sharing fast batches
 	objects    payloadStore // large envelopes
 	shared     sharedState  // task state
 	handled    handledSet   // recently finished stream sequences
@@ -94,10 +91,8 @@ type Agent struct {
 
 	tracing tracing
 
-	waitMu  sync.Mutex
-	waiters map[string]*waiter
-
 	stats counters
+	send  sender // publishing, breakers, and the calls waiting for replies
 }
 
 type lifecycle int
@@ -161,7 +156,6 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		handlers:   map[string]Handler{},
 		topics:     slices.Clone(o.topics),
 		closed:     make(chan struct{}),
-		waiters:    map[string]*waiter{},
 		invalidLog: newSampledLog(),
 	}
 	a.objects = newPayloadStore(js, &a.opts)
@@ -169,7 +163,9 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 	for p, pol := range o.policies {
 		a.policies[p] = &pol
 	}
-	a.breakers.settings, a.breakers.onChange = o.breaker, a.breakerChanged
+	a.send = sender{id: id, nc: nc, js: js, opts: &a.opts, stats: &a.stats, tracing: &a.tracing, objects: &a.objects,
+		waiters: map[string]*waiter{}}
+	a.send.breakers.settings, a.send.breakers.onChange = o.breaker, a.breakerChanged
 	a.opts.hooks.request = append([]RequestHook{healthMarks{a}}, o.hooks.request...)
 	a.handled.init(o.dedupWindow)
 	tp := o.tracerProvider
@@ -228,7 +224,7 @@ func (a *Agent) HandleFunc(action string, f func(ctx context.Context, m *Message
 // Start returns once consuming has begun; ctx bounds only the provisioning.
 func (a *Agent) Start(ctx context.Context) error {
 	if err := a.start(ctx); err != nil {
-		if denied := a.denied(""); denied != nil {
+		if denied := a.send.denied(""); denied != nil {
 			return fmt.Errorf("%w (%w)", err, denied)
 		}
 		return err
@@ -759,7 +755,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	case stateNew:
 		a.state = stateStopped
 		a.js.CleanupPublisher()
-		a.fast.close()
+		a.send.fast.close()
 		close(a.closed)
 		a.mu.Unlock()
 		a.stoppedHooks()
@@ -779,7 +775,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	a.readers.Wait()
 	// Replies reach waiters through the readers, which have stopped: a
 	// handler's Request still waiting fails now, not at its timeout.
-	a.failWaiters()
+	a.send.failWaiters()
 	if n := a.awaitWorkers(); n > 0 {
 		a.asyncError(fmt.Errorf("%w: %d of %s, still running %v after their context was cancelled; their messages went back for redelivery",
 			ErrHandlersAbandoned, n, a.id, a.opts.stopGrace))
@@ -816,7 +812,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	a.state = stateStopped
 	a.mu.Unlock()
 	a.js.CleanupPublisher() // the async publish reply subscription and its goroutines
-	a.fast.close()
+	a.send.fast.close()
 	if !watcher {
 		a.watcher.Wait()
 	}

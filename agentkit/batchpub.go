@@ -202,9 +202,9 @@ func (f *fastBatches) close() {
 // messages after those are left for the caller to publish one by one; the
 // ones a batch sent without an answer that accounts for them are noted
 // in tried as maybe stored.
-func (a *Agent) publishFast(ctx context.Context, msgs []outMsg, tried []attempts) int {
+func (s *sender) publishFast(ctx context.Context, msgs []outMsg, tried []attempts) int {
 	done := 0
-	for done < len(msgs) && !a.fast.off.Load() && ctx.Err() == nil {
+	for done < len(msgs) && !s.fast.off.Load() && ctx.Err() == nil {
 		n, size := 0, 0
 		for _, m := range msgs[done:] {
 			if n == maxFastBatch || (n > 0 && size+len(m.Data) > maxFastBatchBytes) {
@@ -215,7 +215,7 @@ func (a *Agent) publishFast(ctx context.Context, msgs []outMsg, tried []attempts
 		if n < 2 {
 			break // one message is cheaper alone
 		}
-		stored, sent, err := a.fastBatch(ctx, msgs[done:done+n])
+		stored, sent, err := s.fastBatch(ctx, msgs[done:done+n])
 		if stored > n {
 			stored, err = 0, fmt.Errorf("agentkit: fast batch ack counts %d of %d messages", stored, n)
 		}
@@ -223,14 +223,14 @@ func (a *Agent) publishFast(ctx context.Context, msgs []outMsg, tried []attempts
 			tried[i].note(fastUnconfirmed(err))
 		}
 		done += stored
-		a.stats.fastBatched.Add(uint64(stored))
+		s.stats.fastBatched.Add(uint64(stored))
 		if err != nil || stored < n {
-			if errors.Is(err, errFastBatchUnsupported) && a.fast.off.CompareAndSwap(false, true) {
-				a.opts.logger.Info("stream takes no fast batches: SendBatch publishes one message at a time",
-					"agent", a.id, "stream", a.opts.scheme.Stream(), "err", err)
+			if errors.Is(err, errFastBatchUnsupported) && s.fast.off.CompareAndSwap(false, true) {
+				s.opts.logger.Info("stream takes no fast batches: SendBatch publishes one message at a time",
+					"agent", s.id, "stream", s.opts.scheme.Stream(), "err", err)
 			}
-			a.opts.logger.Debug("agentkit fast batch ended early", "agent", a.id, "stored", stored, "of", n, "err", err)
-			a.stats.fastFallbacks.Add(uint64(len(msgs) - done))
+			s.opts.logger.Debug("agentkit fast batch ended early", "agent", s.id, "stored", stored, "of", n, "err", err)
+			s.stats.fastFallbacks.Add(uint64(len(msgs) - done))
 			break
 		}
 	}
@@ -262,12 +262,12 @@ func fastUnconfirmed(err error) pubOutcome {
 // and how many left this client. A reply it cannot account for ends the
 // wait with nothing confirmed: republishing is always safe, trusting an
 // unexplained reply is not.
-func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (stored, sent int, err error) {
-	inbox, batchID, result, err := a.fast.open(a.nc)
+func (s *sender) fastBatch(ctx context.Context, msgs []outMsg) (stored, sent int, err error) {
+	inbox, batchID, result, err := s.fast.open(s.nc)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer a.fast.done(batchID)
+	defer s.fast.done(batchID)
 	reply := make([]byte, 0, len(inbox)+48)
 	for i, m := range msgs {
 		op := subjects.FastBatchAppend
@@ -279,11 +279,11 @@ func (a *Agent) fastBatch(ctx context.Context, msgs []outMsg) (stored, sent int,
 		}
 		reply = subjects.AppendFastBatchReply(reply[:0], inbox, fastBatchFlow, i+1, op)
 		m.Reply = string(reply)
-		if err := a.nc.PublishMsg(m.Msg); err != nil {
+		if err := s.nc.PublishMsg(m.Msg); err != nil {
 			return 0, i, err
 		}
 	}
-	wait := a.opts.attemptTimeout
+	wait := s.opts.attemptTimeout
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(deadline)/2)
 	}

@@ -88,10 +88,10 @@ func TestFastBatches_ConcurrentBatchesGetTheirOwnAcks(t *testing.T) {
 	if info.State.Msgs != batches*size {
 		t.Errorf("stream holds %d messages, want %d", info.State.Msgs, batches*size)
 	}
-	a.fast.mu.Lock()
-	defer a.fast.mu.Unlock()
-	if len(a.fast.waiting) != 0 {
-		t.Errorf("%d batches still registered", len(a.fast.waiting))
+	a.send.fast.mu.Lock()
+	defer a.send.fast.mu.Unlock()
+	if len(a.send.fast.waiting) != 0 {
+		t.Errorf("%d batches still registered", len(a.send.fast.waiting))
 	}
 }
 
@@ -111,9 +111,9 @@ func TestFastBatches_NoSubscriptionAfterStop(t *testing.T) {
 	if err := a.SendBatch(context.Background(), envs); !errors.Is(err, ErrClosed) {
 		t.Fatalf("SendBatch after Stop: %v, want ErrClosed", err)
 	}
-	a.fast.mu.Lock()
-	sub := a.fast.sub
-	a.fast.mu.Unlock()
+	a.send.fast.mu.Lock()
+	sub := a.send.fast.sub
+	a.send.fast.mu.Unlock()
 	if sub != nil {
 		t.Errorf("a fast batch reply subscription after Stop (valid: %v)", sub.IsValid())
 	}

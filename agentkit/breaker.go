@@ -116,15 +116,15 @@ func stateOf(s gobreaker.State) BreakerState {
 
 // BreakerState returns the state of the circuit to agent to.
 func (a *Agent) BreakerState(to string) BreakerState {
-	return stateOf(a.breakers.get(to).cb.State())
+	return stateOf(a.send.breakers.get(to).cb.State())
 }
 
 // Breakers returns the state of every circuit the agent has used.
 func (a *Agent) Breakers() map[string]BreakerState {
-	a.breakers.mu.Lock()
-	defer a.breakers.mu.Unlock()
-	out := make(map[string]BreakerState, len(a.breakers.m))
-	for to, br := range a.breakers.m {
+	a.send.breakers.mu.Lock()
+	defer a.send.breakers.mu.Unlock()
+	out := make(map[string]BreakerState, len(a.send.breakers.m))
+	for to, br := range a.send.breakers.m {
 		out[to] = stateOf(br.cb.State())
 	}
 	return out
@@ -132,8 +132,8 @@ func (a *Agent) Breakers() map[string]BreakerState {
 
 // allow asks the breaker of to for permission to send; half-open means the
 // message is a trial. done must be called with the outcome.
-func (a *Agent) allow(to string) (done func(error), trial bool, err error) {
-	br := a.breakers.get(to)
+func (s *sender) allow(to string) (done func(error), trial bool, err error) {
+	br := s.breakers.get(to)
 	state := br.cb.State()
 	finish, err := br.cb.Allow()
 	if err != nil {
@@ -177,7 +177,7 @@ func (a *Agent) trackHealth(to string, err error) {
 		return
 	}
 	nack, timeout := wire.IsRemote(err), errors.Is(err, ErrTimeout)
-	b := &a.breakers
+	b := &a.send.breakers
 	b.mu.Lock()
 	nacksBefore, timeoutsBefore := b.nacks[to], b.timeouts[to]
 	b.nacks[to] = consecutive(b.nacks[to], nack, timeout)

@@ -430,7 +430,7 @@ func (a *Agent) receive(d *delivery) bool {
 	if sub.Kind == subjects.KindDirect && env.InReplyTo != "" && env.MessageType != wire.TypeRequest && env.MessageType != wire.TypeNotification {
 		// Only a direct message answers: a broadcast or topic message that
 		// names a request in in_reply_to is anybody's guess at its id.
-		if w := a.takeWaiter(env); w != nil {
+		if w := a.send.takeWaiter(env); w != nil {
 			a.settleAck(d, OutcomeReply)
 			w.ch <- env // after counting, so the woken caller sees the count
 			return false

@@ -130,7 +130,7 @@ func (a *Agent) reroute(d *delivery, capability string) error {
 		return err
 	}
 	f := forward(d.env, a.id, a.opts.agentType, to, "reroute")
-	if err := a.sendReply(ctx, f); err != nil {
+	if err := a.send.sendReply(ctx, f); err != nil {
 		return err
 	}
 	a.opts.logger.Info("message rerouted", "agent", a.id, "to", to, "capability", capability, "message_id", d.env.MessageID, "forward_id", f.MessageID)

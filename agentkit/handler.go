@@ -53,13 +53,13 @@ func (m *Message) Reply(ctx context.Context, action string, payload any) error {
 	if err != nil {
 		return err
 	}
-	return m.agent.sendReply(ctx, m.NewResponse(m.agent.id, action, raw))
+	return m.agent.send.sendReply(ctx, m.NewResponse(m.agent.id, action, raw))
 }
 
 // ReplyError sends an error envelope answering this message. Most handlers
 // return [Reject] instead, which also terminates the message.
 func (m *Message) ReplyError(ctx context.Context, e *wire.Error) error {
-	return m.agent.sendReply(ctx, m.NewErrorReply(m.agent.id, e))
+	return m.agent.send.sendReply(ctx, m.NewErrorReply(m.agent.id, e))
 }
 
 // Busy returns an error telling the runtime the agent cannot take the

@@ -198,9 +198,9 @@ func (a *Agent) settled(d *delivery, ev SettleEvent) {
 }
 
 // published reports one envelope's publish to the publish hooks.
-func (a *Agent) published(e *wire.Envelope, err error, batch, fast bool) {
-	for _, h := range a.opts.hooks.publish {
-		h.OnPublish(PublishEvent{Agent: a.id, Envelope: e, Err: err, Batch: batch, Fast: fast})
+func (s *sender) published(e *wire.Envelope, err error, batch, fast bool) {
+	for _, h := range s.opts.hooks.publish {
+		h.OnPublish(PublishEvent{Agent: s.id, Envelope: e, Err: err, Batch: batch, Fast: fast})
 	}
 }
 

@@ -51,21 +51,21 @@ func (p *payloadStore) open(ctx context.Context) (jetstream.ObjectStore, error) 
 
 // offload stores the encoded envelope data in the object store and returns
 // the stub envelope to publish in its place.
-func (a *Agent) offload(ctx context.Context, e *wire.Envelope, data []byte) ([]byte, error) {
-	if len(data) > a.opts.maxEnvelope {
-		return nil, fmt.Errorf("%w: %d bytes, receivers accept %d", ErrPayloadTooLarge, len(data), a.opts.maxEnvelope)
+func (s *sender) offload(ctx context.Context, e *wire.Envelope, data []byte) ([]byte, error) {
+	if len(data) > s.opts.maxEnvelope {
+		return nil, fmt.Errorf("%w: %d bytes, receivers accept %d", ErrPayloadTooLarge, len(data), s.opts.maxEnvelope)
 	}
 	stub, err := stub(e).Encode() // before the store, so a stub that fails leaves nothing behind
 	if err != nil {
 		return nil, err
 	}
-	store, err := a.objects.open(ctx)
+	store, err := s.objects.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// Chunks must fit the server's max payload, which may be below the
 	// client's default chunk size (128 KiB), with room for the headers.
-	chunk := uint32(min(128<<10, max(a.nc.MaxPayload()-1024, 1024)))
+	chunk := uint32(min(128<<10, max(s.nc.MaxPayload()-1024, 1024)))
 	meta := jetstream.ObjectMeta{Name: e.MessageID, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunk}}
 	if _, err := store.Put(ctx, meta, bytes.NewReader(data)); err != nil {
 		return nil, fmt.Errorf("agentkit: store large envelope %s: %w", e.MessageID, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -99,6 +100,31 @@ func WithSessionContext(ctx json.RawMessage) SendOption { return func(e *outgoin
 // WithMessageType sets the message type of a [Agent.Send] (default request); use
 // TypeNotification for messages that expect no answer.
 func WithMessageType(t wire.MessageType) SendOption { return func(e *outgoing) { e.MessageType = t } }
+
+// sender is the agent's send side. It owns what publishing needs: the
+// circuit breaker of each destination, the fast batches and the send line
+// that concurrent sends share, and the calls waiting for replies, with the
+// answers that came for their message ids (what tells a retried request
+// its answer went to an earlier call). It reads the agent's identity,
+// connection, options, counters, tracing and payload store, and changes
+// none of them. Agent keeps what a send decides from the rest of the
+// agent: composing inside a handler, fallbacks through the registry, and
+// whether the agent is started to wait for a reply.
+type sender struct {
+	breakers breakers    // one per destination
+	fast     fastBatches // fast batch publish, and the admission of sends until the agent stops
+	line     sendLine    // concurrent sends sharing fast batches
+	waitMu   sync.Mutex
+	waiters  map[string]*waiter // by message id; nil once the agent has stopped
+
+	id      string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	opts    *options
+	stats   *counters
+	tracing *tracing
+	objects *payloadStore
+}
 
 // compose builds an outgoing envelope from this agent. Inside a handler
 // (ctx derived from the handler's), the envelope inherits the handled
@@ -209,7 +235,7 @@ func (a *Agent) Broadcast(ctx context.Context, action string, payload any, opts 
 // same envelope again (see [Agent.Resend]), which the stream stores at
 // most once.
 func (a *Agent) SendEnvelope(ctx context.Context, e *wire.Envelope) error {
-	_, err := a.sendEnvelope(ctx, e, false)
+	_, err := a.send.sendEnvelope(ctx, e, false)
 	return err
 }
 
@@ -223,37 +249,37 @@ func (a *Agent) SendEnvelope(ctx context.Context, e *wire.Envelope) error {
 // stored and an earlier attempt of the same call may have stored it. Past
 // the duplicate window (2 minutes by default) the stream stores e again.
 func (a *Agent) Resend(ctx context.Context, e *wire.Envelope) (held bool, err error) {
-	return a.sendEnvelope(ctx, e, true)
+	return a.send.sendEnvelope(ctx, e, true)
 }
 
 // sendEnvelope checks e and publishes it. held reports that the stream
 // held e before this call, which only a publish alone can tell (see
 // publish).
-func (a *Agent) sendEnvelope(ctx context.Context, e *wire.Envelope, alone bool) (held bool, err error) {
+func (s *sender) sendEnvelope(ctx context.Context, e *wire.Envelope, alone bool) (held bool, err error) {
 	if e == nil {
 		return false, fmt.Errorf("%w: nil envelope", wire.ErrInvalidEnvelope)
 	}
-	if e.SenderID != a.id {
-		return false, fmt.Errorf("%w: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, e.SenderID, a.id)
+	if e.SenderID != s.id {
+		return false, fmt.Errorf("%w: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, e.SenderID, s.id)
 	}
-	subject, err := a.subjectFor(e)
+	subject, err := s.subjectFor(e)
 	if err != nil {
 		return false, err
 	}
-	return a.publish(ctx, subject, e, alone)
+	return s.publish(ctx, subject, e, alone)
 }
 
-func (a *Agent) subjectFor(e *wire.Envelope) (string, error) {
-	s := a.opts.scheme
+func (s *sender) subjectFor(e *wire.Envelope) (string, error) {
+	scheme := s.opts.scheme
 	var subject string
 	var err error
 	switch {
 	case e.ReceiverID != "":
-		subject, err = s.Direct(e.ReceiverID, string(e.Priority), e.SenderID)
+		subject, err = scheme.Direct(e.ReceiverID, string(e.Priority), e.SenderID)
 	case e.Topic != "":
-		subject, err = s.Topic(e.Topic, string(e.Priority), e.SenderID)
+		subject, err = scheme.Topic(e.Topic, string(e.Priority), e.SenderID)
 	default:
-		subject, err = s.Broadcast(string(e.Priority), e.SenderID)
+		subject, err = scheme.Broadcast(string(e.Priority), e.SenderID)
 	}
 	if errors.Is(err, subjects.ErrInvalidToken) {
 		var te *subjects.InvalidTokenError
@@ -265,15 +291,15 @@ func (a *Agent) subjectFor(e *wire.Envelope) (string, error) {
 	return subject, err
 }
 
-func (a *Agent) sendReply(ctx context.Context, e *wire.Envelope) error {
+func (s *sender) sendReply(ctx context.Context, e *wire.Envelope) error {
 	if e.SenderType == "" {
-		e.SenderType = a.opts.agentType
+		e.SenderType = s.opts.agentType
 	}
-	subject, err := a.subjectFor(e)
+	subject, err := s.subjectFor(e)
 	if err != nil {
 		return err
 	}
-	_, err = a.publish(ctx, subject, e, false)
+	_, err = s.publish(ctx, subject, e, false)
 	return err
 }
 
@@ -297,7 +323,7 @@ func (m outMsg) stored() {
 // publish on subject: every Mesh-* header and the Nats-Msg-Id come from
 // its fields, which validation bounds. Envelopes larger than the server's
 // max payload are offloaded to the object store and replaced by a stub.
-func (a *Agent) encode(ctx context.Context, subject string, e *wire.Envelope) (outMsg, error) {
+func (s *sender) encode(ctx context.Context, subject string, e *wire.Envelope) (outMsg, error) {
 	buf := getEncodeBuffer()
 	data, err := e.AppendJSON((*buf)[:0])
 	if err != nil {
@@ -306,8 +332,8 @@ func (a *Agent) encode(ctx context.Context, subject string, e *wire.Envelope) (o
 	}
 	*buf = data
 	ref := ""
-	if max := a.nc.MaxPayload(); max > 0 && int64(len(data)) > max-headerRoom {
-		data, err = a.offload(ctx, e, data)
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(data)) > max-headerRoom {
+		data, err = s.offload(ctx, e, data)
 		putEncodeBuffer(buf) // the object store has its own copy
 		if err != nil {
 			return outMsg{}, err
@@ -333,36 +359,36 @@ func (a *Agent) encode(ctx context.Context, subject string, e *wire.Envelope) (o
 // before this call. A fast batch stores nothing for a duplicate without
 // saying so, so only a publish alone, whose first attempt never joins the
 // send line, can tell that of its first attempt.
-func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope, alone bool) (held bool, err error) {
+func (s *sender) publish(ctx context.Context, subject string, e *wire.Envelope, alone bool) (held bool, err error) {
 	// First: nothing of an invalid envelope goes anywhere, not a header, a
 	// span attribute nor an object.
 	if err := e.Validate(); err != nil {
 		return false, err
 	}
-	if !a.fast.enter(a.js) {
+	if !s.fast.enter(s.js) {
 		return false, fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, e.MessageType, e.MessageID, subject)
 	}
-	defer a.fast.leave()
+	defer s.fast.leave()
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("agentkit: %s %s to %s not sent: %w", e.MessageType, e.MessageID, subject, err)
 	}
-	ctx, span := a.tracing.startSend(ctx, subject, e)
+	ctx, span := s.tracing.startSend(ctx, subject, e)
 	defer func() { endSpan(span, err) }()
-	msg, err := a.encode(ctx, subject, e)
+	msg, err := s.encode(ctx, subject, e)
 	if err != nil {
 		return false, err
 	}
-	a.tracing.inject(ctx, msg.Header)
+	s.tracing.inject(ctx, msg.Header)
 	var tried attempts
 	if alone {
-		held, err = a.publishAlone(ctx, msg)
+		held, err = s.publishAlone(ctx, msg)
 	} else {
-		err = a.publishFirst(ctx, msg)
+		err = s.publishFirst(ctx, msg)
 	}
 	tried.add(err)
 	cause := err // the last failure of an attempt that ran its course
 	if err != nil && retryablePublish(err) && ctx.Err() == nil {
-		ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
+		ctx, cancel := withDefaultTimeout(ctx, s.opts.publishTimeout)
 		defer cancel()
 		var answer answerTime
 		err = backoff.Retry(func() error {
@@ -370,10 +396,10 @@ func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope, a
 				<-ctx.Done() // as if the backoff had lasted until the deadline
 				return ctx.Err()
 			}
-			a.stats.publishRetries.Add(1)
+			s.stats.publishRetries.Add(1)
 			start := time.Now()
 			mine := tried.unsure // an attempt of this call may have stored it
-			dup, err := a.publishAlone(ctx, msg)
+			dup, err := s.publishAlone(ctx, msg)
 			held = dup && !mine
 			answer.observe(time.Since(start), err)
 			tried.add(err)
@@ -388,11 +414,11 @@ func (a *Agent) publish(ctx context.Context, subject string, e *wire.Envelope, a
 	}
 	if err != nil {
 		err = tried.failure(fmt.Sprintf("%s %s to %s", e.MessageType, e.MessageID, subject), err, cause)
-		a.published(e, err, false, false)
+		s.published(e, err, false, false)
 		return false, err
 	}
 	msg.stored()
-	a.published(e, nil, false, false)
+	s.published(e, nil, false, false)
 	return held, nil
 }
 
@@ -612,32 +638,37 @@ func (e *BatchError) Unwrap() []error {
 // 2.14+, allow_batched, as [StreamConfig] sets), the messages go as fast
 // batches of up to 1,000, each confirmed by one ack instead of one per
 // message; what a fast batch does not confirm is published one by one.
-func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error) {
+func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) error {
+	return a.send.sendBatch(ctx, envs)
+}
+
+// sendBatch publishes envs; see [Agent.SendBatch].
+func (s *sender) sendBatch(ctx context.Context, envs []*wire.Envelope) (err error) {
 	subject := make([]string, len(envs))
 	for i, e := range envs {
 		if e == nil {
 			return fmt.Errorf("%w: batch item %d: nil envelope", wire.ErrInvalidEnvelope, i)
 		}
-		if e.SenderID != a.id {
-			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, i, e.SenderID, a.id)
+		if e.SenderID != s.id {
+			return fmt.Errorf("%w: batch item %d: sender_id %q is not this agent %q", wire.ErrInvalidEnvelope, i, e.SenderID, s.id)
 		}
 		var err error
-		if subject[i], err = a.subjectFor(e); err == nil {
+		if subject[i], err = s.subjectFor(e); err == nil {
 			err = e.Validate()
 		}
 		if err != nil {
 			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
 		}
 	}
-	if !a.fast.enter(a.js) {
+	if !s.fast.enter(s.js) {
 		return fmt.Errorf("%w: batch of %d messages not sent", ErrClosed, len(envs))
 	}
-	defer a.fast.leave()
+	defer s.fast.leave()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("agentkit: batch of %d messages not sent: %w", len(envs), err)
 	}
 	parent := trace.SpanContextFromContext(ctx)
-	ctx, span := a.tracing.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
+	ctx, span := s.tracing.tracer.Start(ctx, "send batch", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.Int("messaging.batch.message_count", len(envs))))
 	defer func() { endSpan(span, err) }()
 	recording := span.IsRecording()
@@ -648,22 +679,22 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error
 		}
 		// A large envelope goes to the object store here: only once every
 		// one is known to be valid.
-		if msgs[i], err = a.encode(ctx, subject[i], e); err != nil {
+		if msgs[i], err = s.encode(ctx, subject[i], e); err != nil {
 			return fmt.Errorf("agentkit: batch item %d: %w", i, err)
 		}
-		a.tracing.inject(ctx, msgs[i].Header)
+		s.tracing.inject(ctx, msgs[i].Header)
 	}
-	ctx, cancel := withDefaultTimeout(ctx, a.opts.publishTimeout)
+	ctx, cancel := withDefaultTimeout(ctx, s.opts.publishTimeout)
 	defer cancel()
 	errs := make([]error, len(envs))
 	tried := make([]attempts, len(envs))
-	fast := a.publishFast(ctx, msgs, tried)
+	fast := s.publishFast(ctx, msgs, tried)
 	todo := seq(fast, len(envs))
 	b := publishBackOff()
 	var answer answerTime
 	for {
 		start := time.Now()
-		a.publishEach(ctx, msgs, todo, errs)
+		s.publishEach(ctx, msgs, todo, errs)
 		took := time.Since(start)
 		retry, answered := todo[:0], true
 		for _, i := range todo {
@@ -691,19 +722,19 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error
 		if ctx.Err() != nil {
 			break // errs keeps each message's last failure
 		}
-		a.stats.publishRetries.Add(uint64(len(retry)))
+		s.stats.publishRetries.Add(uint64(len(retry)))
 		todo = retry
 	}
 	failed := 0
 	for i, err := range errs {
 		if err != nil {
 			errs[i] = tried[i].failure(fmt.Sprintf("%s %s to %s", envs[i].MessageType, envs[i].MessageID, msgs[i].Subject), err, nil)
-			a.published(envs[i], errs[i], true, false)
+			s.published(envs[i], errs[i], true, false)
 			failed++
 			continue
 		}
 		msgs[i].stored()
-		a.published(envs[i], nil, true, i < fast)
+		s.published(envs[i], nil, true, i < fast)
 	}
 	if failed > 0 {
 		return &BatchError{Errs: errs}
@@ -713,17 +744,17 @@ func (a *Agent) SendBatch(ctx context.Context, envs []*wire.Envelope) (err error
 
 // publishOnce makes one attempt to publish msg on its own (see
 // publishEach).
-func (a *Agent) publishOnce(ctx context.Context, msg outMsg) error {
-	_, err := a.publishAlone(ctx, msg)
+func (s *sender) publishOnce(ctx context.Context, msg outMsg) error {
+	_, err := s.publishAlone(ctx, msg)
 	return err
 }
 
 // publishAlone is publishOnce, also reporting whether the stream acked
 // msg as a duplicate of a message id it held.
-func (a *Agent) publishAlone(ctx context.Context, msg outMsg) (dup bool, err error) {
+func (s *sender) publishAlone(ctx context.Context, msg outMsg) (dup bool, err error) {
 	var errs [1]error
 	var dups [1]bool
-	a.publishAcked(ctx, []outMsg{msg}, []int{0}, errs[:], dups[:])
+	s.publishAcked(ctx, []outMsg{msg}, []int{0}, errs[:], dups[:])
 	return dups[0], errs[0]
 }
 
@@ -732,13 +763,13 @@ func (a *Agent) publishAlone(ctx context.Context, msg outMsg) (dup bool, err err
 // jetstream context bounds each wait by the attempt timeout, and all
 // publishes share one reply subscription instead of a request each. Once
 // ctx has ended it publishes nothing more.
-func (a *Agent) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs []error) {
-	a.publishAcked(ctx, msgs, todo, errs, nil)
+func (s *sender) publishEach(ctx context.Context, msgs []outMsg, todo []int, errs []error) {
+	s.publishAcked(ctx, msgs, todo, errs, nil)
 }
 
 // publishAcked is publishEach, also setting dups[i], if dups is not nil,
 // when the stream acked msgs[i] as a duplicate.
-func (a *Agent) publishAcked(ctx context.Context, msgs []outMsg, todo []int, errs []error, dups []bool) {
+func (s *sender) publishAcked(ctx context.Context, msgs []outMsg, todo []int, errs []error, dups []bool) {
 	futures := make([]jetstream.PubAckFuture, len(todo))
 	for j, i := range todo {
 		if err := ctx.Err(); err != nil {
@@ -746,7 +777,7 @@ func (a *Agent) publishAcked(ctx context.Context, msgs []outMsg, todo []int, err
 			continue
 		}
 		var err error
-		if futures[j], err = a.js.PublishMsgAsync(msgs[i].Msg, asyncPublishOpts...); err != nil {
+		if futures[j], err = s.js.PublishMsgAsync(msgs[i].Msg, asyncPublishOpts...); err != nil {
 			errs[i] = unsent(err)
 		} else {
 			errs[i] = nil
@@ -756,7 +787,7 @@ func (a *Agent) publishAcked(ctx context.Context, msgs []outMsg, todo []int, err
 		if futures[j] != nil {
 			select {
 			case ack := <-futures[j].Ok():
-				if a.countDuplicate(ack) && dups != nil {
+				if s.countDuplicate(ack) && dups != nil {
 					dups[i] = true
 				}
 				continue
@@ -765,7 +796,7 @@ func (a *Agent) publishAcked(ctx context.Context, msgs []outMsg, todo []int, err
 				errs[i] = ctx.Err() // the message went out: it may be stored
 			}
 		}
-		if denied := a.denied(msgs[i].Subject); denied != nil {
+		if denied := s.denied(msgs[i].Subject); denied != nil {
 			errs[i] = denied
 		}
 	}
@@ -779,9 +810,9 @@ var asyncPublishOpts = []jetstream.PublishOpt{jetstream.WithRetryAttempts(0)}
 
 // countDuplicate counts ack in Stats.PublishDuplicates if the stream
 // stored nothing for it, and reports whether it did.
-func (a *Agent) countDuplicate(ack *jetstream.PubAck) bool {
+func (s *sender) countDuplicate(ack *jetstream.PubAck) bool {
 	if ack != nil && ack.Duplicate {
-		a.stats.publishDups.Add(1)
+		s.stats.publishDups.Add(1)
 		return true
 	}
 	return false
@@ -791,8 +822,8 @@ func (a *Agent) countDuplicate(ack *jetstream.PubAck) bool {
 // connection the subject. The server reports that only asynchronously
 // (nats.go keeps it as the connection's last error), so without this check
 // a denial looks like a timeout and would be retried in vain.
-func (a *Agent) denied(subject string) error {
-	pe, ok := permission.Parse(a.nc.LastError())
+func (s *sender) denied(subject string) error {
+	pe, ok := permission.Parse(s.nc.LastError())
 	if !ok || subject != "" && pe.Subject != subject {
 		return nil
 	}
@@ -844,24 +875,24 @@ func (a *Agent) await(ctx context.Context, o *outgoing, accept func(*wire.Envelo
 	if a.lifecycle() == stateNew {
 		return nil, fmt.Errorf("%w: waiting for a reply needs a started agent", ErrNotStarted)
 	}
-	w, err := a.addWaiter(e.MessageID, accept)
+	w, err := a.send.addWaiter(e.MessageID, accept)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %s to %s: another call of this agent is waiting for its answer", err, e.Action, e.MessageID, e.ReceiverID)
 	}
 	if w == nil {
 		return nil, fmt.Errorf("%w: cannot wait for a reply to %s", ErrClosed, e.Action)
 	}
-	defer a.removeWaiter(e.MessageID, w)
+	defer a.send.removeWaiter(e.MessageID, w)
 	if a.lifecycle() != stateStarted { // stopping: it no longer reads its replies
 		return nil, fmt.Errorf("%w: cannot wait for a reply to %s", ErrClosed, e.Action)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, a.opts.requestTimeout)
 	defer cancel()
-	held, err := a.sendEnvelope(ctx, e, o.idGiven)
+	held, err := a.send.sendEnvelope(ctx, e, o.idGiven)
 	if err != nil {
 		return nil, err
 	}
-	if held && a.answeredBefore(e.MessageID, w) {
+	if held && a.send.answeredBefore(e.MessageID, w) {
 		return nil, fmt.Errorf("%w: %s %s to %s: the stream held it already", ErrDuplicateRequest, e.Action, e.MessageID, e.ReceiverID)
 	}
 	select {
@@ -924,20 +955,20 @@ func (a *Agent) guarded(ctx context.Context, o *outgoing, accept func(*wire.Enve
 	if err := o.Validate(); err != nil {
 		return nil, err // before its values reach a span, the breaker or a fallback
 	}
-	if a.fast.stopped() {
+	if a.send.fast.stopped() {
 		// Before the breaker and the fallback: a stopped agent neither
 		// counts against the destination nor looks for another one.
 		return nil, fmt.Errorf("%w: %s %s to %s not sent", ErrClosed, o.MessageType, o.MessageID, o.ReceiverID)
 	}
 	ctx, span := a.tracing.startRequest(ctx, o)
 	defer func() { endSpan(span, err) }()
-	done, trial, err := a.allow(o.ReceiverID)
+	done, trial, err := a.send.allow(o.ReceiverID)
 	if err != nil {
 		if err := a.fallBack(ctx, o, err); err != nil {
 			a.requested(RequestEvent{To: o.ReceiverID, Request: o.Envelope, Err: err, Refused: true})
 			return nil, err
 		}
-		if done, trial, err = a.allow(o.ReceiverID); err != nil {
+		if done, trial, err = a.send.allow(o.ReceiverID); err != nil {
 			a.requested(RequestEvent{To: o.ReceiverID, Request: o.Envelope, Err: err, Refused: true})
 			return nil, err
 		}

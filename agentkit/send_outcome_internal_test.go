@@ -60,15 +60,15 @@ func TestPublishOutcome_RealAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		subject, err := a.subjectFor(e)
+		subject, err := a.send.subjectFor(e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg, err := a.encode(context.Background(), subject, e)
+		msg, err := a.send.encode(context.Background(), subject, e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return a.publishOnce(ctx, msg)
+		return a.send.publishOnce(ctx, msg)
 	}
 	edit := func(t *testing.T, a *Agent, stream jetstream.Stream, change func(*jetstream.StreamConfig)) {
 		t.Helper()
@@ -246,13 +246,13 @@ func TestPublishFast_UnansweredMarksMaybeStored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		subject, _ := a.subjectFor(e)
-		if msgs[i], err = a.encode(context.Background(), subject, e); err != nil {
+		subject, _ := a.send.subjectFor(e)
+		if msgs[i], err = a.send.encode(context.Background(), subject, e); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tried := make([]attempts, len(msgs))
-	if n := a.publishFast(context.Background(), msgs, tried); n != 0 {
+	if n := a.send.publishFast(context.Background(), msgs, tried); n != 0 {
 		t.Fatalf("%d confirmed, want none", n)
 	}
 	for i, tr := range tried {
@@ -297,7 +297,7 @@ func TestSendLine_MemberInBatchIsUnconfirmed(t *testing.T) {
 	defer cancel()
 	member := sendAll(a, short, 1)
 	inLine(t, a, 2)
-	a.passSlot()
+	a.send.passSlot()
 	if err := member()[0]; !errors.Is(err, ErrPublishUnconfirmed) || errors.Is(err, ErrPublish) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("member: %v, want ErrPublishUnconfirmed at its deadline", err)
 	}

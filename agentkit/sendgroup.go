@@ -20,7 +20,7 @@ import (
 // the wait for the stream behind everybody else's messages.
 //
 // Only the first attempt goes through the line; a member whose message
-// the batch did not store retries on its own (Agent.publish), under the
+// the batch did not store retries on its own (sender.publish), under the
 // same message id. A member whose ctx ends returns at once, in line or in
 // a batch; only the leader sees its batch through, for its members. In
 // line, its message was never published; in a batch, it may be stored,
@@ -54,14 +54,14 @@ type lineEntry struct {
 
 // publishFirst makes the first attempt to publish msg: on its own if a
 // slot is free, else in line.
-func (a *Agent) publishFirst(ctx context.Context, msg outMsg) error {
-	l := &a.line
+func (s *sender) publishFirst(ctx context.Context, msg outMsg) error {
+	l := &s.line
 	l.mu.Lock()
 	if l.busy < sendSlots {
 		l.busy++
 		l.mu.Unlock()
-		err := a.publishOnce(ctx, msg)
-		a.passSlot()
+		err := s.publishOnce(ctx, msg)
+		s.passSlot()
 		return err
 	}
 	e := &lineEntry{msg: msg, done: make(chan error, 1)}
@@ -90,15 +90,15 @@ func (a *Agent) publishFirst(ctx context.Context, msg outMsg) error {
 		err = <-e.done // given the slot: lead the line, whose members wait
 	}
 	if err == errLead {
-		err = a.lead(e)
+		err = s.lead(e)
 	}
 	return err
 }
 
 // passSlot gives a finished publish's slot to the first in line, or frees
 // it.
-func (a *Agent) passSlot() {
-	l := &a.line
+func (s *sender) passSlot() {
+	l := &s.line
 	l.mu.Lock()
 	if len(l.queue) == 0 {
 		l.busy--
@@ -114,8 +114,8 @@ func (a *Agent) passSlot() {
 
 // lead publishes e and the line behind it (up to maxFastBatch in all) in
 // e's slot, hands every other member its outcome and returns e's.
-func (a *Agent) lead(e *lineEntry) error {
-	l := &a.line
+func (s *sender) lead(e *lineEntry) error {
+	l := &s.line
 	l.mu.Lock()
 	n := min(len(l.queue), maxFastBatch-1)
 	group := append([]*lineEntry{e}, l.queue[:n]...)
@@ -130,8 +130,8 @@ func (a *Agent) lead(e *lineEntry) error {
 	// The batch is everybody's: no one caller's ctx bounds it, the publish
 	// attempt timeout does.
 	ctx := context.Background()
-	fast := a.publishFast(ctx, msgs, tried)
-	a.publishEach(ctx, msgs, seq(fast, len(msgs)), errs)
+	fast := s.publishFast(ctx, msgs, tried)
+	s.publishEach(ctx, msgs, seq(fast, len(msgs)), errs)
 	for i, err := range errs {
 		tried[i].add(err)
 		if err != nil && tried[i].unsure {
@@ -143,7 +143,7 @@ func (a *Agent) lead(e *lineEntry) error {
 	for i, m := range group[1:] {
 		m.done <- errs[i+1]
 	}
-	a.passSlot()
+	s.passSlot()
 	return errs[0]
 }
 

@@ -17,7 +17,7 @@ import (
 func lineAgent(t *testing.T, fast bool, opts ...Option) (*Agent, jetstream.Stream) {
 	t.Helper()
 	a, stream := streamAgent(t, fast, opts...)
-	a.line.busy = sendSlots
+	a.send.line.busy = sendSlots
 	return a, stream
 }
 
@@ -26,9 +26,9 @@ func inLine(t *testing.T, a *Agent, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a.line.mu.Lock()
-		got := len(a.line.queue)
-		a.line.mu.Unlock()
+		a.send.line.mu.Lock()
+		got := len(a.send.line.queue)
+		a.send.line.mu.Unlock()
 		if got == n {
 			return
 		}
@@ -63,7 +63,7 @@ func TestSendLine_PublishesTheLine(t *testing.T) {
 			const n = 20
 			wait := sendAll(a, context.Background(), n)
 			inLine(t, a, n)
-			a.passSlot()
+			a.send.passSlot()
 			for i, err := range wait() {
 				if err != nil {
 					t.Errorf("send %d: %v", i, err)
@@ -79,11 +79,11 @@ func TestSendLine_PublishesTheLine(t *testing.T) {
 			if info.State.Msgs != n {
 				t.Errorf("stream holds %d messages, want %d", info.State.Msgs, n)
 			}
-			a.line.mu.Lock()
-			defer a.line.mu.Unlock()
+			a.send.line.mu.Lock()
+			defer a.send.line.mu.Unlock()
 			// The test's passSlot freed one of the slots it had taken.
-			if a.line.busy != sendSlots-1 || len(a.line.queue) != 0 {
-				t.Errorf("after the line: %d slots busy, %d in line; want %d and 0", a.line.busy, len(a.line.queue), sendSlots-1)
+			if a.send.line.busy != sendSlots-1 || len(a.send.line.queue) != 0 {
+				t.Errorf("after the line: %d slots busy, %d in line; want %d and 0", a.send.line.busy, len(a.send.line.queue), sendSlots-1)
 			}
 		})
 	}
@@ -103,7 +103,7 @@ func TestSendLine_CancelledInLine(t *testing.T) {
 		t.Fatalf("cancelled Send: %v, want context.Canceled", err)
 	}
 	inLine(t, a, 3)
-	a.passSlot()
+	a.send.passSlot()
 	for i, err := range waitOthers() {
 		if err != nil {
 			t.Errorf("send %d: %v", i, err)
@@ -143,7 +143,7 @@ func TestSendLine_MemberHonoursItsContext(t *testing.T) {
 	inLine(t, a, 2)
 	leaderDone := make(chan []error, 1)
 	go func() { leaderDone <- leader() }()
-	a.passSlot()
+	a.send.passSlot()
 	if err := member()[0]; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("member: %v, want its ctx's deadline", err)
 	}

@@ -191,7 +191,7 @@ var errProcessingLimit = errors.New("agentkit: processing limit reached")
 func (a *Agent) reply(d *delivery, env *wire.Envelope) {
 	ctx, cancel := a.settleContext(d)
 	defer cancel()
-	if err := a.sendReply(ctx, env); err != nil {
+	if err := a.send.sendReply(ctx, env); err != nil {
 		a.asyncError(err)
 	}
 }

@@ -49,49 +49,49 @@ func (w *waiter) note(env *wire.Envelope) {
 // [ErrDuplicateRequest] when another call waits on id: one answer comes,
 // and it would go to one of them. It returns nil and no error once the
 // agent has stopped (failWaiters ran).
-func (a *Agent) addWaiter(id string, accept func(*wire.Envelope) bool) (*waiter, error) {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	if a.waiters == nil {
+func (s *sender) addWaiter(id string, accept func(*wire.Envelope) bool) (*waiter, error) {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waiters == nil {
 		return nil, nil
 	}
 	w := &waiter{ch: make(chan *wire.Envelope, 1), accept: accept, live: true}
-	switch old := a.waiters[id]; {
+	switch old := s.waiters[id]; {
 	case old == nil:
-		a.forgetAnswers()
+		s.forgetAnswers()
 	case old.live:
 		return nil, ErrDuplicateRequest
 	default:
 		w.answers = old.answers
 	}
-	a.waiters[id] = w
+	s.waiters[id] = w
 	return w, nil
 }
 
 // removeWaiter ends w's call: the answers that came for id are kept for a
 // retry, if there were any, in a record of their own, so that nothing
 // keeps w's channel and what it may still hold.
-func (a *Agent) removeWaiter(id string, w *waiter) {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	if a.waiters[id] != w {
+func (s *sender) removeWaiter(id string, w *waiter) {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waiters[id] != w {
 		return // stopped, or a later call under the same id took over
 	}
 	w.live = false
 	if len(w.answers) == 0 {
-		delete(a.waiters, id)
+		delete(s.waiters, id)
 	} else {
-		a.waiters[id] = &waiter{answers: w.answers}
+		s.waiters[id] = &waiter{answers: w.answers}
 	}
 }
 
 // answeredBefore reports whether an answer w accepts came for id before w
 // was added: it went to an earlier call, and no other will come. An
 // answer handed to w itself (now in w.ch) is not one.
-func (a *Agent) answeredBefore(id string, w *waiter) bool {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	if a.waiters[id] != w || !w.live {
+func (s *sender) answeredBefore(id string, w *waiter) bool {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waiters[id] != w || !w.live {
 		return false
 	}
 	// Whatever w has noted since it was added, it did not accept.
@@ -106,17 +106,17 @@ func (a *Agent) answeredBefore(id string, w *waiter) bool {
 // takeWaiter notes env as an answer to the message it names in
 // in_reply_to, and returns the waiter of that message if one waits and
 // accepts env.
-func (a *Agent) takeWaiter(env *wire.Envelope) *waiter {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	if a.waiters == nil {
+func (s *sender) takeWaiter(env *wire.Envelope) *waiter {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waiters == nil {
 		return nil
 	}
-	w := a.waiters[env.InReplyTo]
+	w := s.waiters[env.InReplyTo]
 	if w == nil {
-		a.forgetAnswers()
+		s.forgetAnswers()
 		w = &waiter{}
-		a.waiters[env.InReplyTo] = w
+		s.waiters[env.InReplyTo] = w
 	}
 	w.note(env)
 	if !w.live || !w.accept(env) {
@@ -130,29 +130,29 @@ func (a *Agent) takeWaiter(env *wire.Envelope) *waiter {
 // maxAnswered entries: it drops records of ended calls, in the map's
 // (random) order, down to three quarters of that, so that it runs once
 // per many answers.
-func (a *Agent) forgetAnswers() {
-	if len(a.waiters) < maxAnswered {
+func (s *sender) forgetAnswers() {
+	if len(s.waiters) < maxAnswered {
 		return
 	}
-	for id, w := range a.waiters {
-		if len(a.waiters) <= maxAnswered*3/4 {
+	for id, w := range s.waiters {
+		if len(s.waiters) <= maxAnswered*3/4 {
 			return
 		}
 		if !w.live {
-			delete(a.waiters, id)
+			delete(s.waiters, id)
 		}
 	}
 }
 
 // failWaiters wakes every waiting call with nil once the agent stops, and
 // every later one at once.
-func (a *Agent) failWaiters() {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	for _, w := range a.waiters {
+func (s *sender) failWaiters() {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	for _, w := range s.waiters {
 		if w.live {
 			close(w.ch)
 		}
 	}
-	a.waiters = nil
+	s.waiters = nil
 }
