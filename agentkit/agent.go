@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,43 +37,21 @@ type Agent struct {
 	js   jetstream.JetStream
 	opts options
 
-	mu       sync.Mutex
-	state    lifecycle
-	handlers map[string]Handler
-	policies map[wire.Priority]*DeliveryPolicy // opts.policies, for deliveries to point at
-	topics   []string
-	fanout   map[string]bool           // the fan-out actions handled; set by Start (see WithFanoutActions)
-	sources  atomic.Pointer[[]*source] // set by Start: one per direct priority, then the fan-out ones
-	queues   [len(queueOrder)]chan *delivery
-	quit     chan struct{} // closed when readers must give up their message
-	quitOnce sync.Once
-	stopping atomic.Bool   // set by Stop: cancelled handlers are NAKed for immediate redelivery
-	cut      chan struct{} // closed once handlers' contexts are cancelled: the stop grace runs from here
-	cutOnce  sync.Once
-	crew     []worker      // the handler workers (see work, awaitWorkers)
-	exits    chan struct{} // a worker returned (see left)
-	runCtx   context.Context
-	cancel   context.CancelFunc
-	readers  sync.WaitGroup
-	scanner  sync.WaitGroup // the keep-alive scanner
-	scanDone chan struct{}
-	closed   chan struct{}
+	mu     sync.Mutex
+	state  lifecycle
+	topics []string
+	closed chan struct{}
 
 	// The connection watch (see watchConn): lost is why the agent stopped
-	// on its own; failing is, per queue in queueOrder, the error of a
-	// reader the server currently turns away.
+	// on its own.
 	watcher   sync.WaitGroup
 	watchDone chan struct{}
 	lost      atomic.Pointer[error]
-	failing   [len(queueOrder)]atomic.Pointer[error]
-
-	lanes lanes // per-task ordering
 
 	instance string    // this instance's registry key suffix
 	registry *Registry // set by Start when registration is on: shared by the agents on nc
 	// releaseRegistry gives the registry back (see acquireRegistry).
 	releaseRegistry func()
-	inFlight        atomic.Int64 // handlers running, for load and BUSY
 	heartbeat       sync.WaitGroup
 	hbDone          chan struct{}
 	// announceMu orders a heartbeat's status against shutdown's STOPPING,
@@ -82,17 +59,16 @@ type Agent struct {
 	announceMu sync.Mutex
 	objects    payloadStore // large envelopes
 	shared     sharedState  // task state
-	handled    handledSet   // recently finished stream sequences
 	tracker    taskTracker  // task records, written after the ack
 	// drainCtx is Drain's ctx, which bounds the writing of the task
 	// records still queued; nil for Stop. Set by shutdown's begin.
-	drainCtx   context.Context
-	invalidLog *sampledLog // invalid input, logged by sample
+	drainCtx context.Context
 
 	tracing tracing
+	stats   counters
 
-	stats counters
-	send  sender // publishing, breakers, and the calls waiting for replies
+	send sender   // publishing, breakers, and the calls waiting for replies
+	recv receiver // consuming, handling and settling
 }
 
 type lifecycle int
@@ -148,26 +124,26 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Agent, error) {
 		return nil, fmt.Errorf("agentkit: jetstream: %w", err)
 	}
 	a := &Agent{
-		instance:   nuid.Next(),
-		id:         id,
-		nc:         nc,
-		js:         js,
-		opts:       o,
-		handlers:   map[string]Handler{},
-		topics:     slices.Clone(o.topics),
-		closed:     make(chan struct{}),
-		invalidLog: newSampledLog(),
+		instance: nuid.Next(),
+		id:       id,
+		nc:       nc,
+		js:       js,
+		opts:     o,
+		topics:   slices.Clone(o.topics),
+		closed:   make(chan struct{}),
 	}
 	a.objects = newPayloadStore(js, &a.opts)
-	a.policies = make(map[wire.Priority]*DeliveryPolicy, len(o.policies))
-	for p, pol := range o.policies {
-		a.policies[p] = &pol
-	}
 	a.send = sender{id: id, nc: nc, js: js, opts: &a.opts, stats: &a.stats, tracing: &a.tracing, objects: &a.objects,
 		waiters: map[string]*waiter{}}
+	a.recv = receiver{id: id, nc: nc, opts: &a.opts, stats: &a.stats, tracing: &a.tracing, objects: &a.objects,
+		send: &a.send, host: a, handlers: map[string]Handler{}, invalidLog: newSampledLog(),
+		policies: make(map[wire.Priority]*DeliveryPolicy, len(o.policies))}
+	for p, pol := range o.policies {
+		a.recv.policies[p] = &pol
+	}
 	a.send.breakers.settings, a.send.breakers.onChange = o.breaker, a.breakerChanged
 	a.opts.hooks.request = append([]RequestHook{healthMarks{a}}, o.hooks.request...)
-	a.handled.init(o.dedupWindow)
+	a.recv.handled.init(o.dedupWindow)
 	tp := o.tracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -204,7 +180,7 @@ func (a *Agent) Handle(action string, h Handler) error {
 	if h = chain(h, a.opts.middleware); h == nil {
 		return fmt.Errorf("%w: middleware made a nil handler for %q", ErrInvalidOption, action)
 	}
-	a.handlers[action] = h
+	a.recv.handlers[action] = h
 	return nil
 }
 
@@ -263,7 +239,7 @@ func (a *Agent) start(ctx context.Context) error {
 			}
 		}
 	}
-	a.fanout = a.fanoutActions()
+	a.recv.fanout = a.recv.fanoutActions()
 	sources := make([]*source, 0, len(queueOrder))
 	stopAll := func() {
 		for _, s := range sources {
@@ -274,7 +250,7 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 	}
 	for q, spec := range queueOrder {
-		if spec.class != "" && len(a.fanout) == 0 {
+		if spec.class != "" && len(a.recv.fanout) == 0 {
 			continue // nothing to handle: no fan-out consumer, nothing fetched
 		}
 		cons, err := a.bindConsumer(ctx, spec, a.topics)
@@ -293,33 +269,9 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 		sources = append(sources, src)
 	}
-	a.sources.Store(&sources)
-	a.quit, a.cut, a.exits = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
-	a.runCtx, a.cancel = context.WithCancel(context.Background())
-	for q, spec := range queueOrder {
-		// An adaptive source's queue holds its largest generation besides
-		// one message per worker, so its reader never leaves a message in
-		// the client's buffer, where nothing keeps it alive (see
-		// source.reopen). A fixed one holds a message per worker.
-		depth := a.opts.concurrency
-		if pol := a.opts.policies[spec.priority]; pol.MaxPrefetch > 0 {
-			depth += max(pol.MaxPrefetch, pol.Prefetch)
-		}
-		a.queues[q] = make(chan *delivery, depth)
-	}
-	for _, src := range sources {
-		a.readers.Go(func() { a.read(src, a.queues[src.queue]) })
-	}
+	a.recv.open(sources)
 	a.startTracker()
-	a.crew = make([]worker, a.opts.concurrency+1)
-	// The workers are owned through crew: shutdown waits for them with
-	// awaitWorkers, which may leave a stuck handler's worker behind.
-	go a.work(a.queues[:2], &a.crew[0]) // critical's own worker: direct, then urgent fan-out
-	for i := range a.opts.concurrency {
-		go a.work(a.queues[:], &a.crew[i+1])
-	}
-	a.scanDone = make(chan struct{})
-	a.scanner.Go(func() { a.scan(a.crew, a.keepAliveTick(), a.scanDone) })
+	a.recv.startWorkers()
 	if a.registry != nil {
 		if err := a.announce(ctx, StatusReady); err != nil {
 			a.asyncError(err)
@@ -333,19 +285,8 @@ func (a *Agent) start(ctx context.Context) error {
 	status := a.nc.StatusChanged(nats.CLOSED)
 	a.watcher.Go(func() { a.watchConn(status) })
 	a.state = stateStarted
-	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics, "fanout", len(a.fanout) > 0)
+	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics, "fanout", len(a.recv.fanout) > 0)
 	return nil
-}
-
-// keepAliveTick is the scanner's period: half the shortest progress
-// interval of any priority, so InProgress is never later than 3/8 of an ack
-// timeout after the previous one.
-func (a *Agent) keepAliveTick() time.Duration {
-	tick := time.Duration(math.MaxInt64)
-	for _, p := range a.opts.policies {
-		tick = min(tick, p.progressInterval()/2)
-	}
-	return max(tick, time.Millisecond)
 }
 
 // consumerConfig returns the durable consumer of priority p with the
@@ -487,19 +428,6 @@ func keepStart(ctx context.Context, js jetstream.JetStream, stream string, cfg *
 	return true
 }
 
-// fanoutActions returns the actions the agent handles when they come as
-// a broadcast or topic message: those of WithFanoutActions that have a
-// handler, or every handled action.
-func (a *Agent) fanoutActions() map[string]bool {
-	out := map[string]bool{}
-	for action := range a.handlers {
-		if a.opts.fanoutActions == nil || slices.Contains(a.opts.fanoutActions, action) {
-			out[action] = true
-		}
-	}
-	return out
-}
-
 // EnsureStream creates the stream described by cfg unless a stream of that
 // name exists; an existing stream is left as its administrator configured
 // it, but one with fewer replicas than cfg asks for is an error matching
@@ -565,7 +493,7 @@ func (a *Agent) changeTopics(ctx context.Context, topic string, add bool) error 
 			return fmt.Errorf("%w: topics cannot change without provisioning rights", ErrInvalidOption)
 		}
 		for _, spec := range queueOrder {
-			if spec.class == "" || len(a.fanout) == 0 {
+			if spec.class == "" || len(a.recv.fanout) == 0 {
 				continue
 			}
 			if _, err := a.bindConsumer(ctx, spec, topics); err != nil {
@@ -600,52 +528,7 @@ func (a *Agent) Topics() []string {
 // that only sent, too) and is idempotent. Task records still queued (see
 // [WithTaskTracking]) are written within the publish timeout; the rest
 // are dropped and counted.
-func (a *Agent) Stop() { a.shutdown(a.stopNow) }
-
-// stopNow ends consuming at once: nothing more is fetched or started and
-// the running handlers' contexts are cancelled, which starts the stop
-// grace (see awaitWorkers). It is Stop's part of shutdown, and Drain's
-// once its ctx has ended; it runs once.
-func (a *Agent) stopNow() {
-	a.cutOnce.Do(func() {
-		a.stopping.Store(true)
-		for _, s := range *a.sources.Load() {
-			s.stop(false)
-		}
-		a.awaitUnsubscribed()
-		a.closeQuit()
-		a.cancel()
-		close(a.cut)
-	})
-}
-
-// closeQuit closes quit once: Drain closes it when the readers have
-// emptied the client's buffer, stopNow at once.
-func (a *Agent) closeQuit() { a.quitOnce.Do(func() { close(a.quit) }) }
-
-// awaitUnsubscribed waits (up to the attempt timeout) until nats.go has
-// removed the stopped iterators' pull subscriptions. Their UNSUB is then
-// on the connection ahead of the NAKs that hand running messages back; a
-// NAK that overtook it would have the server redeliver the message into
-// this instance's own pull request, where nobody reads it, instead of to
-// another instance (the message would wait out its ack timeout). Stop
-// unsubscribes from a goroutine of nats.go's; the iterator's Closed
-// channel says when it is done.
-func (a *Agent) awaitUnsubscribed() {
-	timeout := time.NewTimer(a.opts.attemptTimeout)
-	defer timeout.Stop()
-	for _, s := range *a.sources.Load() {
-		c, ok := s.current().(interface{ Closed() <-chan struct{} })
-		if !ok {
-			continue
-		}
-		select {
-		case <-c.Closed():
-		case <-timeout.C:
-			return
-		}
-	}
-}
+func (a *Agent) Stop() { a.shutdown(a.recv.stopNow) }
 
 // Drain stops fetching, finishes the messages already received, then
 // stops. If ctx ends first, Drain turns into [Agent.Stop]: running
@@ -670,14 +553,10 @@ func (a *Agent) Drain(ctx context.Context) error {
 		stop = context.AfterFunc(ctx, func() {
 			if a.lifecycle() == stateStopping {
 				expired.Store(true)
-				a.stopNow()
+				a.recv.stopNow()
 			}
 		})
-		for _, s := range *a.sources.Load() {
-			s.stop(true)
-		}
-		a.readers.Wait()
-		a.closeQuit()
+		a.recv.drain()
 	})
 	if stop != nil {
 		stop()
@@ -714,7 +593,7 @@ func (a *Agent) watchConn(status chan nats.Status) {
 	a.lost.Store(&err)
 	a.asyncError(err)
 	a.opts.logger.Error("connection closed: agent stopped", "agent", a.id, "err", err)
-	a.shutdownFrom(true, a.stopNow)
+	a.shutdownFrom(true, a.recv.stopNow)
 }
 
 // Err reports what keeps the agent from consuming: once its connection has
@@ -726,8 +605,8 @@ func (a *Agent) Err() error {
 	if err := a.lost.Load(); err != nil {
 		return *err
 	}
-	for i := range a.failing {
-		if err := a.failing[i].Load(); err != nil {
+	for i := range a.recv.failing {
+		if err := a.recv.failing[i].Load(); err != nil {
 			return *err
 		}
 	}
@@ -772,33 +651,24 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 		a.announceMu.Unlock()
 	}
 	begin()
-	a.readers.Wait()
+	a.recv.readers.Wait()
 	// Replies reach waiters through the readers, which have stopped: a
 	// handler's Request still waiting fails now, not at its timeout.
 	a.send.failWaiters()
-	if n := a.awaitWorkers(); n > 0 {
+	if n := a.recv.awaitWorkers(); n > 0 {
 		a.asyncError(fmt.Errorf("%w: %d of %s, still running %v after their context was cancelled; their messages went back for redelivery",
 			ErrHandlersAbandoned, n, a.id, a.opts.stopGrace))
 	}
 	a.flushTasks()
-	close(a.scanDone)
-	a.scanner.Wait()
+	a.recv.stopScanner()
 	// Heartbeats (STOPPING now) go on while handlers finish, so a long
 	// drain does not read as a dead agent.
 	if a.hbDone != nil {
 		close(a.hbDone)
 		a.heartbeat.Wait()
 	}
-	// Messages no worker took (queued behind a task that was cut short, or
-	// handed to a queue as the workers stopped) go back for redelivery.
-	stranded := a.lanes.drop()
-	for _, s := range *a.sources.Load() {
-		stranded = append(stranded, s.waiting.drop()...)
-	}
-	for _, d := range stranded {
-		a.handBack(d)
-	}
-	a.cancel()
+	a.recv.handBackStranded()
+	a.recv.cancel()
 	if a.registry != nil {
 		a.announceBestEffort(StatusStopped)
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
@@ -851,11 +721,6 @@ func (a *Agent) lifecycle() lifecycle {
 	return a.state
 }
 
-func (a *Agent) handler(action string) Handler {
-	// handlers is immutable once started; reads need no lock.
-	return a.handlers[action]
-}
-
 func (a *Agent) asyncError(err error) {
 	a.opts.errorHandler(err)
 }
@@ -889,13 +754,13 @@ func (a *Agent) capabilities() []Capability {
 		return a.opts.capabilities
 	}
 	name := cmp.Or(a.opts.agentType, a.id)
-	actions := slices.Sorted(maps.Keys(a.handlers))
+	actions := slices.Sorted(maps.Keys(a.recv.handlers))
 	return []Capability{{Name: name, Version: a.opts.version, Actions: actions}}
 }
 
 // announce writes this instance's registry record with status.
 func (a *Agent) announce(ctx context.Context, status AgentStatus) error {
-	inFlight := int(a.inFlight.Load())
+	inFlight := int(a.recv.inFlight.Load())
 	slots := a.opts.concurrency + 1
 	if status == StatusReady && inFlight >= a.opts.concurrency {
 		status = StatusBusy
@@ -942,7 +807,7 @@ func (a *Agent) heartbeatLoop() {
 			}
 			a.announceBestEffort(status)
 			a.announceMu.Unlock()
-			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.inFlight.Load(), "at": time.Now().UTC()})
+			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.recv.inFlight.Load(), "at": time.Now().UTC()})
 			if err := a.nc.Publish(hb, b); err != nil {
 				a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))
 			}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +20,201 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
+// receiver is the agent's receive side. It owns what consumes and settles
+// messages: the handler table and the fan-out actions, the delivery
+// policies, the sources (a consumer and its reader each) and the queues
+// they fill, the workers and their task lanes, the keep-alive scanner, the
+// recently handled messages, each reader's connection failure, and how
+// the handlers are stopped. It reads the agent's identity, connection,
+// options, counters, tracing and payload store, and changes none of them;
+// replies go out through the send side, which also holds the calls
+// waiting for them. What else settling needs of the agent (a reroute
+// through the registry, a task record) it asks of host.
+type receiver struct {
+	handlers map[string]Handler                // set by Handle before Start, read-only after
+	fanout   map[string]bool                   // the fan-out actions handled; set by Start (see WithFanoutActions)
+	policies map[wire.Priority]*DeliveryPolicy // opts.policies, for deliveries to point at
+	sources  atomic.Pointer[[]*source]         // set by Start: one per direct priority, then the fan-out ones
+	queues   [len(queueOrder)]chan *delivery
+	// failing is, per queue in queueOrder, the error of a reader the
+	// server currently turns away (see Agent.Err).
+	failing  [len(queueOrder)]atomic.Pointer[error]
+	quit     chan struct{} // closed when readers must give up their message
+	quitOnce sync.Once
+	stopping atomic.Bool   // set by Stop: cancelled handlers are NAKed for immediate redelivery
+	cut      chan struct{} // closed once handlers' contexts are cancelled: the stop grace runs from here
+	cutOnce  sync.Once
+	crew     []worker      // the handler workers (see work, awaitWorkers)
+	exits    chan struct{} // a worker returned (see left)
+	runCtx   context.Context
+	cancel   context.CancelFunc
+	readers  sync.WaitGroup
+	scanner  sync.WaitGroup // the keep-alive scanner
+	scanDone chan struct{}
+	lanes    lanes        // per-task ordering
+	handled  handledSet   // recently finished stream sequences
+	inFlight atomic.Int64 // handlers running, for load and BUSY
+	// invalidLog samples the log of invalid input.
+	invalidLog *sampledLog
+
+	id      string
+	nc      *nats.Conn
+	opts    *options
+	stats   *counters
+	tracing *tracing
+	objects *payloadStore
+	send    *sender // replies, and the calls waiting for them
+	host    receiveHost
+}
+
+// receiveHost is what settling asks of the rest of the agent.
+type receiveHost interface {
+	// reroute forwards env to an agent with capability, which it finds
+	// in the registry; nil once the forward is stored.
+	reroute(ctx context.Context, env *wire.Envelope, capability string) error
+	// queueTask hands an acked message to the task tracker.
+	queueTask(env *wire.Envelope)
+}
+
+// open starts consuming sources: a reader for each, filling its queue.
+func (r *receiver) open(sources []*source) {
+	r.sources.Store(&sources)
+	r.quit, r.cut, r.exits = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+	r.runCtx, r.cancel = context.WithCancel(context.Background())
+	for q, spec := range queueOrder {
+		// An adaptive source's queue holds its largest generation besides
+		// one message per worker, so its reader never leaves a message in
+		// the client's buffer, where nothing keeps it alive (see
+		// source.reopen). A fixed one holds a message per worker.
+		depth := r.opts.concurrency
+		if pol := r.opts.policies[spec.priority]; pol.MaxPrefetch > 0 {
+			depth += max(pol.MaxPrefetch, pol.Prefetch)
+		}
+		r.queues[q] = make(chan *delivery, depth)
+	}
+	for _, src := range sources {
+		r.readers.Go(func() { r.read(src, r.queues[src.queue]) })
+	}
+}
+
+// startWorkers starts the handler workers and the keep-alive scanner.
+func (r *receiver) startWorkers() {
+	r.crew = make([]worker, r.opts.concurrency+1)
+	// The workers are owned through crew: shutdown waits for them with
+	// awaitWorkers, which may leave a stuck handler's worker behind.
+	go r.work(r.queues[:2], &r.crew[0]) // critical's own worker: direct, then urgent fan-out
+	for i := range r.opts.concurrency {
+		go r.work(r.queues[:], &r.crew[i+1])
+	}
+	r.scanDone = make(chan struct{})
+	r.scanner.Go(func() { r.scan(r.crew, r.keepAliveTick(), r.scanDone) })
+}
+
+// drain is Drain's part of shutdown: the readers stop fetching and hand
+// the workers what the client holds, then give up.
+func (r *receiver) drain() {
+	for _, s := range *r.sources.Load() {
+		s.stop(true)
+	}
+	r.readers.Wait()
+	r.closeQuit()
+}
+
+// stopScanner stops the keep-alive scanner, once the workers are done.
+func (r *receiver) stopScanner() {
+	close(r.scanDone)
+	r.scanner.Wait()
+}
+
+// handBackStranded gives back, for redelivery, the messages no worker
+// took: queued behind a task that was cut short, or handed to a queue as
+// the workers stopped.
+func (r *receiver) handBackStranded() {
+	stranded := r.lanes.drop()
+	for _, s := range *r.sources.Load() {
+		stranded = append(stranded, s.waiting.drop()...)
+	}
+	for _, d := range stranded {
+		r.handBack(d)
+	}
+}
+
+// keepAliveTick is the scanner's period: half the shortest progress
+// interval of any priority, so InProgress is never later than 3/8 of an ack
+// timeout after the previous one.
+func (r *receiver) keepAliveTick() time.Duration {
+	tick := time.Duration(math.MaxInt64)
+	for _, p := range r.opts.policies {
+		tick = min(tick, p.progressInterval()/2)
+	}
+	return max(tick, time.Millisecond)
+}
+
+// fanoutActions returns the actions the agent handles when they come as
+// a broadcast or topic message: those of WithFanoutActions that have a
+// handler, or every handled action.
+func (r *receiver) fanoutActions() map[string]bool {
+	out := map[string]bool{}
+	for action := range r.handlers {
+		if r.opts.fanoutActions == nil || slices.Contains(r.opts.fanoutActions, action) {
+			out[action] = true
+		}
+	}
+	return out
+}
+
+// stopNow ends consuming at once: nothing more is fetched or started and
+// the running handlers' contexts are cancelled, which starts the stop
+// grace (see awaitWorkers). It is Stop's part of shutdown, and Drain's
+// once its ctx has ended; it runs once.
+func (r *receiver) stopNow() {
+	r.cutOnce.Do(func() {
+		r.stopping.Store(true)
+		for _, s := range *r.sources.Load() {
+			s.stop(false)
+		}
+		r.awaitUnsubscribed()
+		r.closeQuit()
+		r.cancel()
+		close(r.cut)
+	})
+}
+
+// closeQuit closes quit once: Drain closes it when the readers have
+// emptied the client's buffer, stopNow at once.
+func (r *receiver) closeQuit() { r.quitOnce.Do(func() { close(r.quit) }) }
+
+// awaitUnsubscribed waits (up to the attempt timeout) until nats.go has
+// removed the stopped iterators' pull subscriptions. Their UNSUB is then
+// on the connection ahead of the NAKs that hand running messages back; a
+// NAK that overtook it would have the server redeliver the message into
+// this instance's own pull request, where nobody reads it, instead of to
+// another instance (the message would wait out its ack timeout). Stop
+// unsubscribes from a goroutine of nats.go's; the iterator's Closed
+// channel says when it is done.
+func (r *receiver) awaitUnsubscribed() {
+	timeout := time.NewTimer(r.opts.attemptTimeout)
+	defer timeout.Stop()
+	for _, s := range *r.sources.Load() {
+		c, ok := s.current().(interface{ Closed() <-chan struct{} })
+		if !ok {
+			continue
+		}
+		select {
+		case <-c.Closed():
+		case <-timeout.C:
+			return
+		}
+	}
+}
+
+func (r *receiver) handler(action string) Handler {
+	// handlers is immutable once started; reads need no lock.
+	return r.handlers[action]
+}
+
+func (r *receiver) asyncError(err error) { r.opts.errorHandler(err) }
+
 // read pulls one priority's messages and hands them to the workers, which
 // decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
 // settled here instead, so a Request waiting in a handler never needs a free
@@ -27,10 +225,10 @@ import (
 // into the queue, where the scanner keeps it alive (see waiting), as it
 // does a reply while read fetches its large envelope. When the server
 // ends an iterator (see reopen), read opens another one.
-func (a *Agent) read(src *source, out chan<- *delivery) {
+func (r *receiver) read(src *source, out chan<- *delivery) {
 	it := src.current()
 	retry := reopenBackOff()
-	failing := &a.failing[src.queue] // what Err reports while the server turns the reader away
+	failing := &r.failing[src.queue] // what Err reports while the server turns the reader away
 	failed := false                  // the last Next failed
 	for {
 		msg, err := it.Next()
@@ -46,18 +244,18 @@ func (a *Agent) read(src *source, out chan<- *delivery) {
 		case errors.Is(err, jetstream.ErrConnectionClosed):
 			return // the connection watch stops the agent
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			n, ok := a.room(src, out)
+			n, ok := r.room(src, out)
 			if !ok {
 				return
 			}
-			if it = a.reopen(src, n, failed, retry); it == nil {
+			if it = r.reopen(src, n, failed, retry); it == nil {
 				return
 			}
 			continue
 		default:
-			err = fmt.Errorf("agentkit: %s consumer of %s: %w", src.label(), a.id, err)
+			err = fmt.Errorf("agentkit: %s consumer of %s: %w", src.label(), r.id, err)
 			failing.Store(&err)
-			a.asyncError(err)
+			r.asyncError(err)
 			failed = true
 			continue
 		}
@@ -69,26 +267,26 @@ func (a *Agent) read(src *source, out chan<- *delivery) {
 		if md, err := msg.Metadata(); err == nil {
 			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
 		}
-		if src.spec.class != "" && !a.admitFanout(d, h) {
+		if src.spec.class != "" && !r.admitFanout(d, h) {
 			continue
 		}
 		if h.Get(wire.HeaderInReplyTo) != "" {
 			src.waiting.add(d) // kept alive while a large reply is fetched
-			ok := a.receive(d)
+			ok := r.receive(d)
 			src.waiting.remove(d)
 			if !ok {
 				continue
 			}
 		}
-		if d.task != "" && !a.lanes.enter(d) {
+		if d.task != "" && !r.lanes.enter(d) {
 			continue // queued behind the running message of its task
 		}
 		src.waiting.add(d)
 		select {
 		case out <- d:
-		case <-a.quit:
+		case <-r.quit:
 			// Stopping: give the message straight back for redelivery.
-			a.giveBack(d)
+			r.giveBack(d)
 			return
 		}
 	}
@@ -104,21 +302,21 @@ func (a *Agent) read(src *source, out chan<- *delivery) {
 // reports missing heartbeats, one per pull expiry) and reads again once
 // the server serves it. It returns nil once src is stopped (which ends a
 // pause at once) or the connection is closing.
-func (a *Agent) reopen(src *source, n int, failed bool, retry backoff.BackOff) jetstream.MessagesContext {
+func (r *receiver) reopen(src *source, n int, failed bool, retry backoff.BackOff) jetstream.MessagesContext {
 	for {
 		if failed && !src.pause(retry.NextBackOff()) {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)
 		it, err := src.reopen(ctx, n)
 		cancel()
 		if err == nil {
 			return it
 		}
-		err = fmt.Errorf("agentkit: consume %s for %s: %w", src.label(), a.id, err)
-		a.failing[src.queue].Store(&err)
-		a.asyncError(err)
-		if a.nc.IsClosed() || a.nc.IsDraining() {
+		err = fmt.Errorf("agentkit: consume %s for %s: %w", src.label(), r.id, err)
+		r.failing[src.queue].Store(&err)
+		r.asyncError(err)
+		if r.nc.IsClosed() || r.nc.IsDraining() {
 			return nil // nats.go never reopens a connection
 		}
 		failed = true
@@ -134,19 +332,19 @@ func (a *Agent) reopen(src *source, n int, failed bool, retry backoff.BackOff) j
 // priority its subject names, for hooks and logs, and that priority's
 // processing limit and retry delays (its consumer's ack timeouts and
 // attempts are those of the class's highest priority).
-func (a *Agent) admitFanout(d *delivery, h nats.Header) bool {
-	sub, err := a.opts.scheme.Parse(d.msg.Subject())
+func (r *receiver) admitFanout(d *delivery, h nats.Header) bool {
+	sub, err := r.opts.scheme.Parse(d.msg.Subject())
 	if err != nil {
 		return true // receive terminates it as invalid
 	}
 	d.subject, d.priority = sub, wire.Priority(sub.Priority)
-	d.policy = a.policies[d.priority]
+	d.policy = r.policies[d.priority]
 	switch {
-	case sub.Sender == a.id:
-		a.settleAck(d, OutcomeOwn)
+	case sub.Sender == r.id:
+		r.settleAck(d, OutcomeOwn)
 		return false
-	case h.Get(wire.HeaderAction) != "" && !a.fanout[h.Get(wire.HeaderAction)]:
-		a.settleAck(d, OutcomeIgnored)
+	case h.Get(wire.HeaderAction) != "" && !r.fanout[h.Get(wire.HeaderAction)]:
+		r.settleAck(d, OutcomeIgnored)
 		return false
 	}
 	return true
@@ -155,14 +353,14 @@ func (a *Agent) admitFanout(d *delivery, h nats.Header) bool {
 // room waits until out holds fewer messages than src's target (see
 // source.target) and returns how many more it may take, or false once the
 // agent stops.
-func (a *Agent) room(src *source, out chan<- *delivery) (int, bool) {
+func (r *receiver) room(src *source, out chan<- *delivery) (int, bool) {
 	for {
 		if n := src.target() - len(out); n > 0 {
 			return n, true
 		}
 		select {
 		case <-src.taken:
-		case <-a.quit:
+		case <-r.quit:
 			return 0, false
 		}
 	}
@@ -175,31 +373,31 @@ func (a *Agent) room(src *source, out chan<- *delivery) (int, bool) {
 // keeps it alive, until handle has received it (see handle). A worker
 // whose handler shutdown abandoned returns as soon as the handler does,
 // touching nothing of the stopped agent.
-func (a *Agent) work(queues []chan *delivery, w *worker) {
-	defer a.left(w)
+func (r *receiver) work(queues []chan *delivery, w *worker) {
+	defer r.left(w)
 	for {
-		d, ok := a.next(queues)
+		d, ok := r.next(queues)
 		if !ok {
 			return
 		}
 		d.src.took()
-		if a.stopping.Load() {
-			a.giveBack(d) // Stop: queued messages go back unhandled
+		if r.stopping.Load() {
+			r.giveBack(d) // Stop: queued messages go back unhandled
 			continue
 		}
-		if !a.handle(d, &w.slot) {
+		if !r.handle(d, &w.slot) {
 			return
 		}
 		// The task's next message, in stream order, runs on this worker.
 		for d.task != "" {
-			if d = a.lanes.leave(d); d == nil {
+			if d = r.lanes.leave(d); d == nil {
 				break
 			}
-			if a.stopping.Load() {
-				a.giveBack(d)
+			if r.stopping.Load() {
+				r.giveBack(d)
 				continue
 			}
-			if !a.handle(d, &w.slot) {
+			if !r.handle(d, &w.slot) {
 				return
 			}
 		}
@@ -214,36 +412,36 @@ type worker struct {
 }
 
 // left marks w's worker as returned and wakes awaitWorkers.
-func (a *Agent) left(w *worker) {
+func (r *receiver) left(w *worker) {
 	w.gone.Store(true)
 	select {
-	case a.exits <- struct{}{}:
+	case r.exits <- struct{}{}:
 	default: // a wake-up is pending already; awaitWorkers looks at every worker
 	}
 }
 
 // awaitWorkers waits for the workers to return. Once the handlers'
-// contexts are cancelled (a.cut: Stop, a Drain whose ctx ended, a closed
+// contexts are cancelled (a.recv.cut: Stop, a Drain whose ctx ended, a closed
 // connection), it waits at most the stop grace; then it abandons the
 // handlers still running (see abandon) and waits only for the other
 // workers, which are settling or handing messages back, within the
 // timeouts of those calls. It returns how many handlers it abandoned;
 // their workers return when the handlers do.
-func (a *Agent) awaitWorkers() int {
-	cut := a.cut
+func (r *receiver) awaitWorkers() int {
+	cut := r.cut
 	var grace <-chan time.Time
 	abandoned := 0
-	for !a.idle() {
+	for !r.idle() {
 		select {
-		case <-a.exits:
+		case <-r.exits:
 		case <-cut:
 			cut = nil
-			t := time.NewTimer(a.opts.stopGrace)
+			t := time.NewTimer(r.opts.stopGrace)
 			defer t.Stop()
 			grace = t.C
 		case <-grace:
 			grace = nil
-			abandoned = a.abandon()
+			abandoned = r.abandon()
 		}
 	}
 	return abandoned
@@ -251,9 +449,9 @@ func (a *Agent) awaitWorkers() int {
 
 // idle reports whether every worker has returned or waits only for an
 // abandoned handler.
-func (a *Agent) idle() bool {
-	for i := range a.crew {
-		w := &a.crew[i]
+func (r *receiver) idle() bool {
+	for i := range r.crew {
+		w := &r.crew[i]
 		if w.gone.Load() {
 			continue
 		}
@@ -271,18 +469,18 @@ func (a *Agent) idle() bool {
 // returns is dropped (see delivery.finish). A handler that starts after
 // this is not missed: shutdown set stopping before, and handle hands a
 // message back when it finds stopping set once its slot is published.
-func (a *Agent) abandon() int {
+func (r *receiver) abandon() int {
 	n := 0
-	for i := range a.crew {
-		d := a.crew[i].slot.Load()
+	for i := range r.crew {
+		d := r.crew[i].slot.Load()
 		if d == nil || !d.abandon() {
 			continue
 		}
 		err := fmt.Errorf("%w: %s handler of %s message %d still running %v after its context was cancelled",
-			ErrHandlersAbandoned, d.env.Action, a.id, d.seq, a.opts.stopGrace)
-		berr := a.brokerErr(d.msg.Nak(), d, "nak")
-		a.stats.add(OutcomeNak)
-		a.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: time.Since(d.start), Err: err, BrokerErr: berr})
+			ErrHandlersAbandoned, d.env.Action, r.id, d.seq, r.opts.stopGrace)
+		berr := r.brokerErr(d.msg.Nak(), d, "nak")
+		r.stats.add(OutcomeNak)
+		r.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: time.Since(d.start), Err: err, BrokerErr: berr})
 		n++
 	}
 	return n
@@ -290,21 +488,21 @@ func (a *Agent) abandon() int {
 
 // giveBack takes d, which no handler will run, off the waiting set and
 // NAKs it for redelivery.
-func (a *Agent) giveBack(d *delivery) {
+func (r *receiver) giveBack(d *delivery) {
 	d.src.waiting.remove(d)
-	a.handBack(d)
+	r.handBack(d)
 }
 
 // handBack NAKs d, which no handler ran, for immediate redelivery: the
 // agent is stopping.
-func (a *Agent) handBack(d *delivery) {
-	a.settled(d, SettleEvent{Outcome: OutcomeNak, BrokerErr: a.brokerErr(d.msg.Nak(), d, "nak")})
+func (r *receiver) handBack(d *delivery) {
+	r.settled(d, SettleEvent{Outcome: OutcomeNak, BrokerErr: r.brokerErr(d.msg.Nak(), d, "nak")})
 }
 
 // next returns the highest-priority waiting delivery, blocking until one
 // arrives; ok is false once the agent is shutting down and the queues are
 // empty.
-func (a *Agent) next(queues []chan *delivery) (*delivery, bool) {
+func (r *receiver) next(queues []chan *delivery) (*delivery, bool) {
 	if d := poll(queues); d != nil {
 		return d, true
 	}
@@ -314,7 +512,7 @@ func (a *Agent) next(queues []chan *delivery) (*delivery, bool) {
 			return d, true
 		case d := <-queues[1]:
 			return d, true
-		case <-a.quit:
+		case <-r.quit:
 		}
 	} else {
 		select {
@@ -332,7 +530,7 @@ func (a *Agent) next(queues []chan *delivery) (*delivery, bool) {
 			return d, true
 		case d := <-queues[6]:
 			return d, true
-		case <-a.quit:
+		case <-r.quit:
 		}
 	}
 	// Shutting down, and select may pick quit over a message that arrived
@@ -357,14 +555,14 @@ func poll(queues []chan *delivery) *delivery {
 // message has been settled without a handler: bad input, expired, our own
 // broadcast, or a reply. It is idempotent, so a reply checked by the reader
 // passes the worker's check again at no cost.
-func (a *Agent) receive(d *delivery) bool {
+func (r *receiver) receive(d *delivery) bool {
 	if d.env != nil {
 		return true
 	}
 	msg := d.msg
 	data := msg.Data()
-	if len(data) > a.opts.maxEnvelope {
-		a.terminateInvalid(d, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", len(data), a.opts.maxEnvelope))
+	if len(data) > r.opts.maxEnvelope {
+		r.terminateInvalid(d, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", len(data), r.opts.maxEnvelope))
 		return false
 	}
 	var env *wire.Envelope
@@ -372,71 +570,71 @@ func (a *Agent) receive(d *delivery) bool {
 	if msg.Headers().Get(headerPinID) != "" {
 		// The server's header, on consumers that pin a client; the
 		// agent's pin none, so the sender wrote it (see source.reopen).
-		a.terminateInvalid(d, headerPinID+" is the server's header, and this consumer pins no client")
+		r.terminateInvalid(d, headerPinID+" is the server's header, and this consumer pins no client")
 		return false
 	}
 	if ref := msg.Headers().Get(wire.HeaderEnvelopeRef); ref != "" {
 		// The ref names an object, so a subject: checked before any request is built from it.
 		if reason := checkRef(ref, msg.Headers().Get(wire.HeaderMsgID)); reason != "" {
-			a.terminateInvalid(d, reason)
+			r.terminateInvalid(d, reason)
 			return false
 		}
 		var reason string
-		env, reason, err = a.claim(ref, msg)
+		env, reason, err = r.claim(ref, msg)
 		if err != nil { // the store is unreachable: try again later
 			err = fmt.Errorf("agentkit: fetch large envelope %s: %w", ref, err)
-			a.asyncError(err)
-			berr := a.brokerErr(msg.NakWithDelay(d.policy.retryDelay(d.delivery)), d, "nak")
-			a.stats.add(OutcomeNak)
-			a.settled(d, SettleEvent{Outcome: OutcomeNak, Err: err, BrokerErr: berr})
+			r.asyncError(err)
+			berr := r.brokerErr(msg.NakWithDelay(d.policy.retryDelay(d.delivery)), d, "nak")
+			r.stats.add(OutcomeNak)
+			r.settled(d, SettleEvent{Outcome: OutcomeNak, Err: err, BrokerErr: berr})
 			return false
 		}
 		if reason != "" {
-			a.terminateInvalid(d, reason)
+			r.terminateInvalid(d, reason)
 			return false
 		}
 	} else if env, err = wire.Decode(data); err != nil {
-		a.terminateInvalid(d, err.Error())
+		r.terminateInvalid(d, err.Error())
 		return false
 	}
 	sub := d.subject // parsed already by a fan-out reader (admitFanout)
 	if sub.Kind == "" {
-		if sub, err = a.opts.scheme.Parse(msg.Subject()); err != nil {
-			a.terminateInvalid(d, err.Error())
+		if sub, err = r.opts.scheme.Parse(msg.Subject()); err != nil {
+			r.terminateInvalid(d, err.Error())
 			return false
 		}
 	}
-	if reason := a.checkRouting(env, sub); reason != "" {
-		a.terminateInvalid(d, reason)
+	if reason := r.checkRouting(env, sub); reason != "" {
+		r.terminateInvalid(d, reason)
 		return false
 	}
 	if d.task != "" && env.TaskID != d.task {
-		a.terminateInvalid(d, fmt.Sprintf("task_id %q does not match the %s header %s", env.TaskID, wire.HeaderTaskID, bound.Quote(d.task)))
+		r.terminateInvalid(d, fmt.Sprintf("task_id %q does not match the %s header %s", env.TaskID, wire.HeaderTaskID, bound.Quote(d.task)))
 		return false
 	}
 	d.env, d.subject = env, sub
-	if sub.Kind != subjects.KindDirect && env.SenderID == a.id {
+	if sub.Kind != subjects.KindDirect && env.SenderID == r.id {
 		// Our own broadcast or topic message: not for us to handle.
-		a.settleAck(d, OutcomeOwn)
+		r.settleAck(d, OutcomeOwn)
 		return false
 	}
 	if env.Expired(time.Now()) {
-		a.settleAck(d, OutcomeExpired)
+		r.settleAck(d, OutcomeExpired)
 		if env.RequiresAck {
-			a.reply(d, env.NewAck(a.id, wire.NewError(wire.CodeExpired, "ttl of %dms passed before handling", env.TTLMillis), 0))
+			r.reply(d, env.NewAck(r.id, wire.NewError(wire.CodeExpired, "ttl of %dms passed before handling", env.TTLMillis), 0))
 		}
 		return false
 	}
 	if sub.Kind == subjects.KindDirect && env.InReplyTo != "" && env.MessageType != wire.TypeRequest && env.MessageType != wire.TypeNotification {
 		// Only a direct message answers: a broadcast or topic message that
 		// names a request in in_reply_to is anybody's guess at its id.
-		if w := a.send.takeWaiter(env); w != nil {
-			a.settleAck(d, OutcomeReply)
+		if w := r.send.takeWaiter(env); w != nil {
+			r.settleAck(d, OutcomeReply)
 			w.ch <- env // after counting, so the woken caller sees the count
 			return false
 		}
-		if a.handler(env.Action) == nil {
-			a.settleAck(d, OutcomeLateReply)
+		if r.handler(env.Action) == nil {
+			r.settleAck(d, OutcomeLateReply)
 			return false
 		}
 	}
@@ -448,7 +646,7 @@ func (a *Agent) receive(d *delivery) bool {
 const headerPinID = "Nats-Pin-Id"
 
 // checkRouting returns why env may not arrive on sub, or "".
-func (a *Agent) checkRouting(env *wire.Envelope, sub subjects.Subject) string {
+func (r *receiver) checkRouting(env *wire.Envelope, sub subjects.Subject) string {
 	switch {
 	case env.SenderID != sub.Sender:
 		return fmt.Sprintf("sender_id %q does not match the subject's sender %q", env.SenderID, sub.Sender)
@@ -457,8 +655,8 @@ func (a *Agent) checkRouting(env *wire.Envelope, sub subjects.Subject) string {
 	}
 	switch sub.Kind {
 	case subjects.KindDirect:
-		if env.ReceiverID != a.id {
-			return fmt.Sprintf("receiver_id %q is not this agent %q", env.ReceiverID, a.id)
+		if env.ReceiverID != r.id {
+			return fmt.Sprintf("receiver_id %q is not this agent %q", env.ReceiverID, r.id)
 		}
 	case subjects.KindTopic:
 		if env.Topic != sub.Topic {
@@ -478,43 +676,43 @@ func (a *Agent) checkRouting(env *wire.Envelope, sub subjects.Subject) string {
 // the waiting set, so the scanner keeps it alive while receive fetches a
 // large envelope, which can take longer than the ack timeout; from the
 // handler's start, the slot does. It returns false when shutdown
-// abandoned the handler (see Agent.abandon): the message is not settled
+// abandoned the handler (see receiver.abandon): the message is not settled
 // here, and the worker must return.
-func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
-	if a.handled.seen(d.seq) {
+func (r *receiver) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
+	if r.handled.seen(d.seq) {
 		// Before receive: a large envelope is not fetched again, and once
 		// acked it is gone from the object store.
 		d.src.waiting.remove(d)
-		a.settleAck(d, OutcomeDuplicate)
+		r.settleAck(d, OutcomeDuplicate)
 		return true
 	}
-	ok := a.receive(d)
+	ok := r.receive(d)
 	d.src.waiting.remove(d)
 	if !ok {
 		return true
 	}
-	if !a.handled.begin(d) {
-		a.stats.add(OutcomeDuplicate) // the run in progress settles it, and reports it to the hooks
+	if !r.handled.begin(d) {
+		r.stats.add(OutcomeDuplicate) // the run in progress settles it, and reports it to the hooks
 		return true
 	}
-	defer a.handled.end(d.seq)
-	h := a.handler(d.env.Action)
-	if d.subject.Kind != subjects.KindDirect && !a.fanout[d.env.Action] {
+	defer r.handled.end(d.seq)
+	h := r.handler(d.env.Action)
+	if d.subject.Kind != subjects.KindDirect && !r.fanout[d.env.Action] {
 		// Broadcasts and topics reach every agent that listens: one not
 		// meant for this agent's handlers is no failure of anyone's.
-		a.settleAck(d, OutcomeIgnored)
+		r.settleAck(d, OutcomeIgnored)
 		return true
 	}
 	if h == nil {
-		a.settle(d, Reject(wire.CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", a.id, d.env.Action)), 0)
+		r.settle(d, Reject(wire.CodeCapabilityMissing, fmt.Sprintf("agent %s has no handler for action %q", r.id, d.env.Action)), 0)
 		return true
 	}
-	ctx, span := a.tracing.startHandle(withHandling(a.runCtx, d.env), d)
+	ctx, span := r.tracing.startHandle(withHandling(r.runCtx, d.env), d)
 	ctx, cancel := context.WithCancelCause(ctx)
 	d.start, d.cancel, d.span = time.Now(), cancel, span
-	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, agent: a, msg: d.msg}
+	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, send: r.send, msg: d.msg}
 	slot.Store(d)
-	if a.stopping.Load() {
+	if r.stopping.Load() {
 		// Stop began while receive ran: the message goes back unstarted,
 		// like those queued. Checked after the slot is published, so
 		// shutdown, which sets stopping before it looks for handlers to
@@ -522,12 +720,12 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 		slot.Store(nil)
 		cancel(nil)
 		endSpan(span, ErrClosed)
-		a.handBack(d)
+		r.handBack(d)
 		return true
 	}
-	a.inFlight.Add(1)
-	err := a.call(ctx, h, &d.message)
-	a.inFlight.Add(-1)
+	r.inFlight.Add(1)
+	err := r.call(ctx, h, &d.message)
+	r.inFlight.Add(-1)
 	slot.Store(nil)
 	limited := context.Cause(ctx) == errProcessingLimit
 	cancel(nil)
@@ -542,7 +740,7 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 	}
 	elapsed := time.Since(d.start)
 	d.src.pace.observe(elapsed)
-	a.settle(d, err, elapsed)
+	r.settle(d, err, elapsed)
 	endSpan(span, err)
 	return true
 }
@@ -554,10 +752,10 @@ func (a *Agent) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 // is taken for a dead consumer; and it cancels handlers that reached their
 // processing limit. One scanner instead of a timer per message keeps the
 // hot path cheap.
-func (a *Agent) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
+func (r *receiver) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	progress := func(d *delivery) { a.brokerErr(d.msg.InProgress(), d, "in progress") }
+	progress := func(d *delivery) { r.brokerErr(d.msg.InProgress(), d, "in progress") }
 	for {
 		select {
 		case <-done:
@@ -574,22 +772,22 @@ func (a *Agent) scan(crew []worker, tick time.Duration, done <-chan struct{}) {
 				}
 				keepAlive(now, d, progress)
 			}
-			for _, s := range *a.sources.Load() {
+			for _, s := range *r.sources.Load() {
 				s.waiting.keepAlive(now, progress)
 			}
-			a.lanes.keepAlive(now, progress)
-			a.handled.rotate(now)
+			r.lanes.keepAlive(now, progress)
+			r.handled.rotate(now)
 		}
 	}
 }
 
 // call runs h, turning a panic into an error.
-func (a *Agent) call(ctx context.Context, h Handler, m *Message) (err error) {
+func (r *receiver) call(ctx context.Context, h Handler, m *Message) (err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			a.stats.add(OutcomePanic)
-			a.opts.logger.Error("handler panicked", "agent", a.id, "action", m.Action, "message_id", m.MessageID, "panic", r, "stack", string(debug.Stack()))
-			err = &retryError{code: wire.CodeInternal, err: fmt.Errorf("%w: %v", ErrHandlerPanic, r)}
+		if p := recover(); p != nil {
+			r.stats.add(OutcomePanic)
+			r.opts.logger.Error("handler panicked", "agent", r.id, "action", m.Action, "message_id", m.MessageID, "panic", p, "stack", string(debug.Stack()))
+			err = &retryError{code: wire.CodeInternal, err: fmt.Errorf("%w: %v", ErrHandlerPanic, p)}
 		}
 	}()
 	return h.Handle(ctx, m)

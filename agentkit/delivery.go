@@ -33,7 +33,7 @@ type delivery struct {
 	span trace.Span
 	// fate says who settles d once its handler started: the worker when
 	// the handler returns, or shutdown when it abandons the handler (see
-	// Agent.awaitWorkers). Whoever moves it from fateRunning first.
+	// receiver.awaitWorkers). Whoever moves it from fateRunning first.
 	fate atomic.Int32
 	// redelivered is the count of a redelivery that arrived while the
 	// handler ran (see handledSet.begin); 0 if none did.

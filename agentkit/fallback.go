@@ -120,21 +120,19 @@ func forwardID(self, id string) string {
 	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("agentmesh:forward:"+self+":"+id)).String()
 }
 
-// reroute forwards d's message to another agent with capability. It
-// returns nil once the forward is stored, or why it could not be.
-func (a *Agent) reroute(d *delivery, capability string) error {
-	ctx, cancel := a.settleContext(d)
-	defer cancel()
+// reroute forwards env to another agent with capability. It returns nil
+// once the forward is stored, or why it could not be.
+func (a *Agent) reroute(ctx context.Context, env *wire.Envelope, capability string) error {
 	to, err := a.pickFallback(ctx, capability, a.id)
 	if err != nil {
 		return err
 	}
-	f := forward(d.env, a.id, a.opts.agentType, to, "reroute")
+	f := forward(env, a.id, a.opts.agentType, to, "reroute")
 	if err := a.send.sendReply(ctx, f); err != nil {
 		return err
 	}
-	a.opts.logger.Info("message rerouted", "agent", a.id, "to", to, "capability", capability, "message_id", d.env.MessageID, "forward_id", f.MessageID)
-	a.recordHandoff(d.env, a.id, to, "reroute")
+	a.opts.logger.Info("message rerouted", "agent", a.id, "to", to, "capability", capability, "message_id", env.MessageID, "forward_id", f.MessageID)
+	a.recordHandoff(env, a.id, to, "reroute")
 	return nil
 }
 

@@ -41,8 +41,8 @@ type Message struct {
 	// StreamSeq is the message's sequence in the stream.
 	StreamSeq uint64
 
-	agent *Agent
-	msg   jetstream.Msg
+	send *sender // replies go out through the agent's send side
+	msg  jetstream.Msg
 }
 
 // Reply sends a response to the sender carrying payload (encoded as JSON
@@ -53,13 +53,13 @@ func (m *Message) Reply(ctx context.Context, action string, payload any) error {
 	if err != nil {
 		return err
 	}
-	return m.agent.send.sendReply(ctx, m.NewResponse(m.agent.id, action, raw))
+	return m.send.sendReply(ctx, m.NewResponse(m.send.id, action, raw))
 }
 
 // ReplyError sends an error envelope answering this message. Most handlers
 // return [Reject] instead, which also terminates the message.
 func (m *Message) ReplyError(ctx context.Context, e *wire.Error) error {
-	return m.agent.send.sendReply(ctx, m.NewErrorReply(m.agent.id, e))
+	return m.send.sendReply(ctx, m.NewErrorReply(m.send.id, e))
 }
 
 // Busy returns an error telling the runtime the agent cannot take the

@@ -184,15 +184,15 @@ func (hs *hooks) add(h Hook) bool {
 
 // settled reports d's settling to the settle hooks; ev carries the
 // outcome and its details, the rest comes from d.
-func (a *Agent) settled(d *delivery, ev SettleEvent) {
-	if len(a.opts.hooks.settle) == 0 {
+func (r *receiver) settled(d *delivery, ev SettleEvent) {
+	if len(r.opts.hooks.settle) == 0 {
 		return
 	}
-	ev.Agent, ev.Envelope, ev.Priority, ev.Delivery, ev.StreamSeq = a.id, d.env, d.priority, d.delivery, d.seq
+	ev.Agent, ev.Envelope, ev.Priority, ev.Delivery, ev.StreamSeq = r.id, d.env, d.priority, d.delivery, d.seq
 	if d.env != nil {
 		ev.Action = d.env.Action
 	}
-	for _, h := range a.opts.hooks.settle {
+	for _, h := range r.opts.hooks.settle {
 		h.OnSettle(ev)
 	}
 }

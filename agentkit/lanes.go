@@ -42,7 +42,7 @@ func (l *lanes) enter(d *delivery) bool {
 // leave is called when d's handling is over; it returns the task's next
 // message, or nil when the lane is empty (and closes it). The next message
 // moves to its source's waiting set, which keeps it alive until its
-// handler starts (see Agent.handle).
+// handler starts (see receiver.handle).
 func (l *lanes) leave(d *delivery) *delivery {
 	k := laneKey{d.src, d.task}
 	l.mu.Lock()

@@ -106,10 +106,10 @@ func checkRef(ref, msgID string) string {
 // object the sender made wrong (missing, a link, bad metadata, a digest
 // that does not match, too large) never will be right. Links are refused
 // unread, as following one could leave the bucket or loop.
-func (a *Agent) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.publishTimeout)
+func (r *receiver) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.publishTimeout)
 	defer cancel()
-	store, err := a.objects.open(ctx)
+	store, err := r.objects.open(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -122,8 +122,8 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string, er
 		return nil, "", err
 	case info.Opts != nil && info.Opts.Link != nil:
 		return nil, fmt.Sprintf("large envelope %s is a link; only objects are accepted", bound.Quote(ref)), nil
-	case info.Size > uint64(a.opts.maxEnvelope):
-		return nil, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", info.Size, a.opts.maxEnvelope), nil
+	case info.Size > uint64(r.opts.maxEnvelope):
+		return nil, fmt.Sprintf("envelope of %d bytes exceeds the %d byte limit", info.Size, r.opts.maxEnvelope), nil
 	}
 	obj, err := store.Get(ctx, ref)
 	if reason := objectFault(ref, err); reason != "" {
@@ -134,15 +134,15 @@ func (a *Agent) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string, er
 	}
 	defer obj.Close()
 	// The metadata's size is the sender's word: read no more than allowed.
-	data, err := io.ReadAll(io.LimitReader(obj, int64(a.opts.maxEnvelope)+1))
+	data, err := io.ReadAll(io.LimitReader(obj, int64(r.opts.maxEnvelope)+1))
 	if reason := objectFault(ref, err); reason != "" {
 		return nil, reason, nil
 	}
 	if err != nil {
 		return nil, "", err
 	}
-	if len(data) > a.opts.maxEnvelope {
-		return nil, fmt.Sprintf("envelope of more than %d bytes exceeds the limit", a.opts.maxEnvelope), nil
+	if len(data) > r.opts.maxEnvelope {
+		return nil, fmt.Sprintf("envelope of more than %d bytes exceeds the limit", r.opts.maxEnvelope), nil
 	}
 	env, err := wire.Decode(data)
 	if err != nil {
@@ -171,18 +171,18 @@ func objectFault(ref string, err error) string {
 // release deletes the offloaded envelope of a direct message once acked;
 // topic and broadcast copies are left to the bucket's TTL because other
 // subscribers may still need them.
-func (a *Agent) release(d *delivery) {
+func (r *receiver) release(d *delivery) {
 	ref := d.msg.Headers().Get(wire.HeaderEnvelopeRef)
 	if ref == "" || d.subject.Kind != "agent" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)
 	defer cancel()
-	store, err := a.objects.open(ctx)
+	store, err := r.objects.open(ctx)
 	if err == nil {
 		err = store.Delete(ctx, ref)
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		a.asyncError(fmt.Errorf("agentkit: release large envelope %s: %w", ref, err))
+		r.asyncError(fmt.Errorf("agentkit: release large envelope %s: %w", ref, err))
 	}
 }

@@ -52,58 +52,58 @@ func classify(err error) (kind outcome, code wire.ErrorCode, delay time.Duration
 //
 // Acked, terminated and rerouted messages are remembered (see handledSet),
 // so a redelivery after a lost ack is acked without running the handler.
-func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
+func (r *receiver) settle(d *delivery, err error, elapsed time.Duration) {
 	kind, code, delay := classify(err)
 	env := d.env
-	a.logOutcome(d, kind, err, elapsed)
+	r.logOutcome(d, kind, err, elapsed)
 	switch kind {
 	case outcomeAck:
-		a.handled.add(d.seq)
+		r.handled.add(d.seq)
 		var berr error
-		if a.opts.doubleAck {
-			ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
-			berr = a.brokerErr(d.msg.DoubleAck(ctx), d, "double ack")
+		if r.opts.doubleAck {
+			ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)
+			berr = r.brokerErr(d.msg.DoubleAck(ctx), d, "double ack")
 			cancel()
 		} else {
-			berr = a.brokerErr(d.msg.Ack(), d, "ack")
+			berr = r.brokerErr(d.msg.Ack(), d, "ack")
 		}
-		a.stats.add(OutcomeAck)
-		a.settled(d, SettleEvent{Outcome: OutcomeAck, Elapsed: elapsed, BrokerErr: berr})
-		a.release(d)
-		if env.RequiresAck && a.answers(d) {
-			a.reply(d, env.NewAck(a.id, nil, elapsed))
+		r.stats.add(OutcomeAck)
+		r.settled(d, SettleEvent{Outcome: OutcomeAck, Elapsed: elapsed, BrokerErr: berr})
+		r.release(d)
+		if env.RequiresAck && r.answers(d) {
+			r.reply(d, env.NewAck(r.id, nil, elapsed))
 		}
-		a.queueTask(env) // recorded later, off this worker
+		r.host.queueTask(env) // recorded later, off this worker
 	case outcomeRetry:
-		if a.stopping.Load() && errors.Is(err, context.Canceled) {
-			berr := a.brokerErr(d.msg.Nak(), d, "nak") // cut short by Stop: not the handler's error
-			a.stats.add(OutcomeNak)
-			a.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: elapsed, Err: err, BrokerErr: berr})
+		if r.stopping.Load() && errors.Is(err, context.Canceled) {
+			berr := r.brokerErr(d.msg.Nak(), d, "nak") // cut short by Stop: not the handler's error
+			r.stats.add(OutcomeNak)
+			r.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: elapsed, Err: err, BrokerErr: berr})
 			return
 		}
 		attempt := d.attempt()
 		if delay <= 0 {
 			delay = d.policy.retryDelay(attempt)
 		}
-		berr := a.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
-		a.stats.add(OutcomeNak)
-		a.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: elapsed, Err: err, Code: code, BrokerErr: berr})
-		if attempt >= uint64(d.src.policy.MaxDeliver) && a.answers(d) {
+		berr := r.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
+		r.stats.add(OutcomeNak)
+		r.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: elapsed, Err: err, Code: code, BrokerErr: berr})
+		if attempt >= uint64(d.src.policy.MaxDeliver) && r.answers(d) {
 			e := wire.NewError(code, "giving up after %d attempts: %v", attempt, err)
-			a.reply(d, a.failureReply(env, e, elapsed))
+			r.reply(d, r.failureReply(env, e, elapsed))
 		}
 	case outcomeReroute:
 		var rr *rerouteError
 		errors.As(err, &rr)
-		if rerr := a.reroute(d, rr.capability); rerr != nil {
+		if rerr := r.reroute(d, rr.capability); rerr != nil {
 			// Nobody else can take it: the sender hears CAPABILITY_MISSING.
-			a.settle(d, Reject(wire.CodeCapabilityMissing, rerr.Error()), elapsed)
+			r.settle(d, Reject(wire.CodeCapabilityMissing, rerr.Error()), elapsed)
 			return
 		}
-		a.handled.add(d.seq)
-		berr := a.brokerErr(d.msg.Ack(), d, "ack")
-		a.stats.add(OutcomeReroute)
-		a.settled(d, SettleEvent{Outcome: OutcomeReroute, Elapsed: elapsed, Err: err, BrokerErr: berr})
+		r.handled.add(d.seq)
+		berr := r.brokerErr(d.msg.Ack(), d, "ack")
+		r.stats.add(OutcomeReroute)
+		r.settled(d, SettleEvent{Outcome: OutcomeReroute, Elapsed: elapsed, Err: err, BrokerErr: berr})
 	case outcomeTerm:
 		e := &wire.Error{Code: code, Message: err.Error(), Retryable: false}
 		var ae *wire.Error
@@ -111,17 +111,25 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 			e = ae
 		}
 		if code == wire.CodeCapabilityMissing {
-			a.stats.add(OutcomeCapabilityMissing)
+			r.stats.add(OutcomeCapabilityMissing)
 		}
-		if a.answers(d) {
-			a.reply(d, a.failureReply(env, e, elapsed))
+		if r.answers(d) {
+			r.reply(d, r.failureReply(env, e, elapsed))
 		}
-		a.handled.add(d.seq)
+		r.handled.add(d.seq)
 		reason := bound.Clip(string(e.Code)+": "+e.Message, maxReasonBytes)
-		berr := a.brokerErr(d.msg.TermWithReason(reason), d, "term")
-		a.stats.add(OutcomeTerm)
-		a.settled(d, SettleEvent{Outcome: OutcomeTerm, Elapsed: elapsed, Err: err, Code: code, Reason: reason, BrokerErr: berr})
+		berr := r.brokerErr(d.msg.TermWithReason(reason), d, "term")
+		r.stats.add(OutcomeTerm)
+		r.settled(d, SettleEvent{Outcome: OutcomeTerm, Elapsed: elapsed, Err: err, Code: code, Reason: reason, BrokerErr: berr})
 	}
+}
+
+// reroute forwards d's message to an agent with capability (see
+// Agent.reroute), within the time and in the trace of d's settling.
+func (r *receiver) reroute(d *delivery, capability string) error {
+	ctx, cancel := r.settleContext(d)
+	defer cancel()
+	return r.host.reroute(ctx, d.env, capability)
 }
 
 // answers reports whether the sender of d expects to hear about failures:
@@ -129,7 +137,7 @@ func (a *Agent) settle(d *delivery, err error, elapsed time.Duration) {
 // A notification asks for no reply, so without requires_ack its sender
 // hears nothing, its failure included: an error envelope would reach a
 // sender that waits for none.
-func (a *Agent) answers(d *delivery) bool {
+func (r *receiver) answers(d *delivery) bool {
 	switch d.env.MessageType {
 	case wire.TypeRequest:
 		return d.subject.Kind == subjects.KindDirect || d.env.RequiresAck
@@ -141,23 +149,23 @@ func (a *Agent) answers(d *delivery) bool {
 
 // failureReply is the NACK ack envelope when the sender asked for an ack,
 // else an error envelope.
-func (a *Agent) failureReply(env *wire.Envelope, e *wire.Error, elapsed time.Duration) *wire.Envelope {
+func (r *receiver) failureReply(env *wire.Envelope, e *wire.Error, elapsed time.Duration) *wire.Envelope {
 	if env.RequiresAck {
-		return env.NewAck(a.id, e, elapsed)
+		return env.NewAck(r.id, e, elapsed)
 	}
-	return env.NewErrorReply(a.id, e)
+	return env.NewErrorReply(r.id, e)
 }
 
 // terminateInvalid terminates a message that is not a valid envelope for
 // this agent. It never reaches a handler. The reason, which may quote what
 // the sender wrote, is bounded, and so is the log volume a sender can
 // cause (see invalidLog).
-func (a *Agent) terminateInvalid(d *delivery, reason string) {
+func (r *receiver) terminateInvalid(d *delivery, reason string) {
 	reason = bound.Clip(reason, maxReasonBytes-len(invalidPrefix))
-	a.invalidLog.record(a.opts.logger, "invalid message terminated", "agent", a.id, "subject", bound.Clip(d.msg.Subject(), 2*bound.MaxQuotedBytes), "reason", reason)
-	berr := a.brokerErr(d.msg.TermWithReason(invalidPrefix+reason), d, "term")
-	a.stats.add(OutcomeInvalid)
-	a.settled(d, SettleEvent{Outcome: OutcomeInvalid, Reason: invalidPrefix + reason, BrokerErr: berr})
+	r.invalidLog.record(r.opts.logger, "invalid message terminated", "agent", r.id, "subject", bound.Clip(d.msg.Subject(), 2*bound.MaxQuotedBytes), "reason", reason)
+	berr := r.brokerErr(d.msg.TermWithReason(invalidPrefix+reason), d, "term")
+	r.stats.add(OutcomeInvalid)
+	r.settled(d, SettleEvent{Outcome: OutcomeInvalid, Reason: invalidPrefix + reason, BrokerErr: berr})
 }
 
 // invalidPrefix starts the TERM reason of every message terminated as not
@@ -165,21 +173,21 @@ func (a *Agent) terminateInvalid(d *delivery, reason string) {
 const invalidPrefix = "INVALID: "
 
 // settleAck acks d, which no handler ran, for outcome o.
-func (a *Agent) settleAck(d *delivery, o Outcome) {
-	berr := a.brokerErr(d.msg.Ack(), d, "ack")
-	a.stats.add(o)
-	a.settled(d, SettleEvent{Outcome: o, BrokerErr: berr})
+func (r *receiver) settleAck(d *delivery, o Outcome) {
+	berr := r.brokerErr(d.msg.Ack(), d, "ack")
+	r.stats.add(o)
+	r.settled(d, SettleEvent{Outcome: o, BrokerErr: berr})
 }
 
 // brokerErr reports the failure err of a broker call op on d to the error
 // handler, and returns it, nil if it only says the message was settled
 // already.
-func (a *Agent) brokerErr(err error, d *delivery, op string) error {
+func (r *receiver) brokerErr(err error, d *delivery, op string) error {
 	if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 		return nil
 	}
-	err = fmt.Errorf("agentkit: %s of %s message %d: %w", op, a.id, d.seq, err)
-	a.asyncError(err)
+	err = fmt.Errorf("agentkit: %s of %s message %d: %w", op, r.id, d.seq, err)
+	r.asyncError(err)
 	return err
 }
 
@@ -188,22 +196,22 @@ var errProcessingLimit = errors.New("agentkit: processing limit reached")
 
 // reply publishes a reply to d from the settle path, reporting failures to
 // the error handler.
-func (a *Agent) reply(d *delivery, env *wire.Envelope) {
-	ctx, cancel := a.settleContext(d)
+func (r *receiver) reply(d *delivery, env *wire.Envelope) {
+	ctx, cancel := r.settleContext(d)
 	defer cancel()
-	if err := a.send.sendReply(ctx, env); err != nil {
-		a.asyncError(err)
+	if err := r.send.sendReply(ctx, env); err != nil {
+		r.asyncError(err)
 	}
 }
 
 // settleContext is the context of what settling d publishes: bounded by
 // the publish timeout, and in the trace of d's handle span, if it ran.
-func (a *Agent) settleContext(d *delivery) (context.Context, context.CancelFunc) {
+func (r *receiver) settleContext(d *delivery) (context.Context, context.CancelFunc) {
 	ctx := context.Background()
 	if d.span != nil {
 		ctx = trace.ContextWithSpan(ctx, d.span)
 	}
-	return context.WithTimeout(ctx, a.opts.publishTimeout)
+	return context.WithTimeout(ctx, r.opts.publishTimeout)
 }
 
 var outcomeNames = [...]string{outcomeAck: "ack", outcomeRetry: "nak", outcomeTerm: "term", outcomeReroute: "reroute"}
@@ -211,17 +219,17 @@ var outcomeNames = [...]string{outcomeAck: "ack", outcomeRetry: "nak", outcomeTe
 // logOutcome logs what happens to a handled message at debug level, with
 // the payload only when WithPayloadLogging is on. It costs nothing when
 // debug logging is off (the default logger discards everything).
-func (a *Agent) logOutcome(d *delivery, kind outcome, err error, elapsed time.Duration) {
-	if !a.opts.logger.Enabled(context.Background(), slog.LevelDebug) {
+func (r *receiver) logOutcome(d *delivery, kind outcome, err error, elapsed time.Duration) {
+	if !r.opts.logger.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	attrs := []any{"agent", a.id, "message_id", d.env.MessageID, "correlation_id", d.env.Correlation, "action", d.env.Action,
+	attrs := []any{"agent", r.id, "message_id", d.env.MessageID, "correlation_id", d.env.Correlation, "action", d.env.Action,
 		"sender", d.env.SenderID, "priority", d.env.Priority, "delivery", d.delivery, "outcome", outcomeNames[kind], "elapsed", elapsed}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
-	if a.opts.logPayloads {
+	if r.opts.logPayloads {
 		attrs = append(attrs, "payload", string(d.env.Payload))
 	}
-	a.opts.logger.Debug("message handled", attrs...)
+	r.opts.logger.Debug("message handled", attrs...)
 }

@@ -16,13 +16,13 @@ import (
 // messages it was opened for (nats.go's StopAfter, which also sizes the
 // pull requests so none is left at the server), and the next generation
 // opens once the workers' queue holds fewer messages than the pace calls
-// for, for the difference (see target and Agent.room). Ending a generation
+// for, for the difference (see target and receiver.room). Ending a generation
 // only once everything it asked for has arrived is what keeps a resize
 // from stranding a message: unsubscribing with a pull request still open
 // at the server could lose a message it was delivering into the client's
 // closing subscription until its ack timeout. The server ends iterators
 // too, fixed ones included: when their consumer is deleted, or when it
-// rejects their pull requests (see Agent.reopen). Stop and Drain act on
+// rejects their pull requests (see receiver.reopen). Stop and Drain act on
 // the current iterator and keep a next one from opening.
 type source struct {
 	spec    queueSpec
@@ -95,7 +95,7 @@ func (s *source) took() {
 }
 
 // reopen is called by the reader when the current iterator has closed and
-// the workers' queue has room for n more messages (see Agent.room). It
+// the workers' queue has room for n more messages (see receiver.room). It
 // returns the next iterator: an adaptive source's next generation, of n
 // messages, or, after the server ended a fixed source's iterator, a new
 // one of Prefetch; nil once the source is stopped. Opening does not reach

@@ -96,7 +96,7 @@ func (a *Agent) Stats() Stats {
 	for i, o := range Outcomes {
 		s.Outcomes[o] = a.stats.n[i].Load()
 	}
-	if sources := a.sources.Load(); sources != nil {
+	if sources := a.recv.sources.Load(); sources != nil {
 		s.Prefetch = make(map[wire.Priority]int, len(*sources))
 		for _, src := range *sources {
 			if src.spec.class == "" {
