@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -445,7 +446,7 @@ func checkLargeEnvelope(t *testing.T, p *peer) {
 	store := p.payloads(t)
 	if err := poll(ctx, func() bool {
 		_, err := store.GetInfo(ctx, req.MessageID)
-		return err != nil && strings.Contains(err.Error(), "not found")
+		return errors.Is(err, jetstream.ErrObjectNotFound)
 	}); err != nil {
 		t.Errorf("the agent acked the large request but left its object %s in %s_payloads", req.MessageID, p.cfg.Prefix)
 	}

@@ -50,7 +50,10 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 }
 
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var (
+	tokenRE  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+)
 
 func (c *Config) fill() error {
 	if c.Prefix == "" {
@@ -68,7 +71,7 @@ func (c *Config) fill() error {
 	if c.HeartbeatTimeout <= 0 {
 		c.HeartbeatTimeout = 20 * time.Second
 	}
-	if !regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`).MatchString(c.Prefix) {
+	if !prefixRE.MatchString(c.Prefix) {
 		return fmt.Errorf("conformance: invalid prefix %q", c.Prefix)
 	}
 	for _, id := range []string{c.AgentID, c.KitID} {
