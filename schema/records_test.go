@@ -75,7 +75,7 @@ func TestRegistry_Records(t *testing.T) {
 	at := time.Date(2026, 1, 10, 14, 30, 0, 123456789, time.UTC)
 	full := registry.Instance{ID: "planner_1", Instance: "i-1", Type: "planner", Version: "1.2.0",
 		Capabilities: []registry.Capability{{Name: "plan", Version: "1", Actions: []string{"plan_workflow"}}, {Name: "bare"}},
-		Director:     "supervisor", Status: registry.StatusBusy, Load: 0.5, InFlight: 2, Concurrency: 4, LastHeartbeat: at}
+		Director:     "supervisor", Status: registry.StatusBusy, Load: 0.5, InFlight: 2, Concurrency: 4, LastHeartbeat: at, TTLSeconds: 15}
 	for name, c := range map[string]struct {
 		v    registry.Instance
 		want bool
@@ -89,6 +89,7 @@ func TestRegistry_Records(t *testing.T) {
 		"no instance":     {with(full, func(in *registry.Instance) { in.Instance = "" }), false},
 		"negative load":   {with(full, func(in *registry.Instance) { in.Load = -0.1 }), false},
 		"capability name": {with(full, func(in *registry.Instance) { in.Capabilities = []registry.Capability{{}} }), false},
+		"negative ttl":    {with(full, func(in *registry.Instance) { in.TTLSeconds = -1 }), false},
 	} {
 		data := must(json.Marshal(c.v))
 		if err := validateAt(t, registryID, data); (err == nil) != c.want {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -57,6 +58,31 @@ type Instance struct {
 	InFlight      int          `json:"in_flight"`
 	Concurrency   int          `json:"concurrency"`
 	LastHeartbeat time.Time    `json:"last_heartbeat"`
+	// TTLSeconds is the per-key TTL, in whole seconds, the record was
+	// put with (its Nats-TTL header): how long it stays live without a
+	// renewal. It lets a reader judge the record stale by itself where the
+	// server leaves no marker when the key expires. 0 (a writer that does
+	// not say) leaves the judgement to the server's expiry.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
+// maxTTLSeconds is the largest TTL a reader takes from a record: more
+// would overflow a time.Duration. A record claiming more never expires
+// by its own judgement.
+const maxTTLSeconds = math.MaxInt64 / int64(time.Second)
+
+// Expired reports whether the record, put at put (its KV entry's Created
+// time, the server's clock), has outlived its TTL at now: its writer
+// stopped renewing it, as the server's expiry would tell where the bucket
+// keeps limit markers. A record without a TTL, or an unknown put time, is
+// never expired. A reader whose clock runs ahead of the server's by more
+// than the TTL less the heartbeat interval (10s with agentkit's defaults)
+// would take a live record for expired.
+func (in Instance) Expired(put, now time.Time) bool {
+	if in.TTLSeconds <= 0 || in.TTLSeconds > maxTTLSeconds || put.IsZero() {
+		return false
+	}
+	return now.Sub(put) > time.Duration(in.TTLSeconds)*time.Second
 }
 
 // HasCapability reports whether the instance declares capability name.
@@ -67,7 +93,8 @@ func (in Instance) HasCapability(name string) bool {
 // Instances reads the records of agent's live instances from kv, the
 // registry bucket, sorted by instance id. An agent with none (never
 // registered, stopped, or expired) has an empty list; a record that is not
-// valid JSON is skipped. It makes one request per instance: for a
+// valid JSON, or that has outlived its TTL ([Instance.Expired]), is
+// skipped. It makes one request per instance: for a
 // process that does not keep a watched registry open.
 func Instances(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Instance, error) {
 	filter, err := subjects.InstancesFilter(agent)
@@ -92,7 +119,7 @@ func Instances(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Inst
 			return nil, fmt.Errorf("registry: %s: %w", key, err)
 		}
 		var in Instance
-		if json.Unmarshal(e.Value(), &in) != nil {
+		if json.Unmarshal(e.Value(), &in) != nil || in.Expired(e.Created(), time.Now()) {
 			continue
 		}
 		out = append(out, in)

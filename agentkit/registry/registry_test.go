@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"context"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +42,10 @@ func TestDirector_ReadsTheRecordsAgentsWrite(t *testing.T) {
 	if err != nil || len(ins) != 1 || ins[0].ID != "planner" || ins[0].Director != "ops_director" {
 		t.Fatalf("Instances = %+v, %v; want planner's one instance, director ops_director", ins, err)
 	}
+	// The default heartbeat is 5s: the key lives three of them.
+	if ins[0].TTLSeconds != 15 {
+		t.Errorf("the record states TTL %ds, want 15", ins[0].TTLSeconds)
+	}
 	for agent, want := range map[string]string{"planner": "ops_director", "unknown": ""} {
 		if d, err := registry.Director(ctx, kv, agent); err != nil || d != want {
 			t.Errorf("Director(%s) = %q, %v; want %q", agent, d, err, want)
@@ -48,4 +54,68 @@ func TestDirector_ReadsTheRecordsAgentsWrite(t *testing.T) {
 	if _, err := registry.Director(ctx, kv, "a.b"); err == nil {
 		t.Error("Director of an invalid agent id: no error")
 	}
+}
+
+func TestInstance_Expired(t *testing.T) {
+	t.Parallel()
+	put := time.Date(2026, 1, 10, 14, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		ttl  int64
+		put  time.Time
+		age  time.Duration
+		want bool
+	}{
+		{"within its TTL", 15, put, 15 * time.Second, false},
+		{"past its TTL", 15, put, 15*time.Second + time.Millisecond, true},
+		{"no TTL stated", 0, put, time.Hour, false},
+		{"negative TTL", -1, put, time.Hour, false},
+		{"TTL beyond a Duration", math.MaxInt64, put, time.Hour, false},
+		{"put time unknown", 15, time.Time{}, 0, false},
+	} {
+		in := registry.Instance{TTLSeconds: tc.ttl}
+		if got := in.Expired(tc.put, put.Add(tc.age)); got != tc.want {
+			t.Errorf("%s: Expired = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Instances skips a record older than the TTL it states, which a bucket
+// without limit markers may still hold until the server's expiry scan,
+// and keeps one that states none (an older writer's).
+func TestInstances_SkipsExpired(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subjects.Default.RegistryBucket(), History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put without a per-key TTL, so only the record's own TTL ages them.
+	for key, v := range map[string]string{
+		"agent.worker.short": `{"id":"worker","instance":"short","status":"READY","ttl_seconds":1}`,
+		"agent.worker.long":  `{"id":"worker","instance":"long","status":"READY","ttl_seconds":3600}`,
+		"agent.worker.older": `{"id":"worker","instance":"older","status":"READY"}`,
+	} {
+		if _, err := kv.PutString(ctx, key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	instances := func() string {
+		ins, err := registry.Instances(ctx, kv, "worker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, in := range ins {
+			ids = append(ids, in.Instance)
+		}
+		return strings.Join(ids, " ")
+	}
+	natstest.Eventually(t, 5*time.Second, "the short-lived record skipped", func() bool { return instances() == "long older" })
 }
