@@ -66,6 +66,16 @@ func (r AgentRecord) HasCapability(name string) bool {
 // instanceRecord is one instance's registry entry, renewed by its heartbeat.
 type instanceRecord = registry.Instance
 
+// instanceEntry is an instance's record in the cache and when it was put
+// (the KV entry's Created time), from which the view judges it stale.
+type instanceEntry struct {
+	rec instanceRecord
+	put time.Time
+}
+
+// expired reports whether the record has outlived its TTL at now.
+func (e instanceEntry) expired(now time.Time) bool { return e.rec.Expired(e.put, now) }
+
 // health is what senders report about an agent: key "health.<agent>"
 // for the degraded mark, "unavailable.<agent>" (with a TTL) for the
 // unavailable one.
@@ -94,16 +104,25 @@ type RegistryEvent struct {
 // "agent.<id>.<instance>", written with a per-key TTL of three heartbeat
 // intervals: an instance that dies stops renewing it and the key expires
 // by itself, which the registry reports as UNAVAILABLE.
+//
+// The view learns of an expiry two ways: from the marker the server
+// leaves in the bucket, and from the record itself, which states its TTL:
+// a record older than its TTL reads as expired whenever the view is read,
+// and the watch drops it within a second, telling Watch channels. The
+// second way covers a bucket created without limit markers (by an older
+// writer; `agentmesh migrate` adds them), where an expired key vanishes
+// without a word. There a registry that loads the bucket after the key
+// vanished, such as the CLI's, cannot tell the instance ever ran.
 type Registry struct {
 	kv     jetstream.KeyValue
 	js     jetstream.JetStream
 	bucket string
 
 	mu        sync.RWMutex
-	instances map[string]map[string]instanceRecord // agent → instance → record
-	gone      map[string]AgentStatus               // agent → how its newest instance to go went, when none is left
-	health    map[string]health                    // degraded marks
-	silent    map[string]health                    // unavailable marks
+	instances map[string]map[string]instanceEntry // agent → instance → record
+	gone      map[string]AgentStatus              // agent → how its newest instance to go went, when none is left
+	health    map[string]health                   // degraded marks
+	silent    map[string]health                   // unavailable marks
 	watchers  []chan RegistryEvent
 	err       error         // why the watch ended by itself (nil: still watching, or Close)
 	ready     chan struct{} // closed when the initial load is done
@@ -121,7 +140,7 @@ var ErrWatchEnded = errors.New("agentkit: registry watch ended")
 // registryTTLFloor is the smallest per-key TTL the server accepts.
 const registryTTLFloor = time.Second
 
-// registryMarkerTTL is how long the marker the server leaves when an
+// RegistryMarkerTTL is how long the marker the server leaves when an
 // instance's key expires (its heartbeats stopped) stays in the bucket.
 // Only while it does can a registry that loads the bucket, such as the
 // CLI's, tell that instance crashed: without it the agent reads as its
@@ -129,7 +148,7 @@ const registryTTLFloor = time.Second
 // clean stop's delete marker stays for good; a week of crash markers is
 // as long as the message stream keeps messages. With a history of one the
 // server does not stretch the keys' own TTLs to it.
-const registryMarkerTTL = 7 * 24 * time.Hour
+const RegistryMarkerTTL = 7 * 24 * time.Hour
 
 // OpenRegistry binds to (creating it when create is true) the registry
 // bucket of scheme and starts watching it. It returns once the cache holds
@@ -142,7 +161,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 		Description:    "agentmesh agent registry",
 		History:        1,
 		Replicas:       replicas,
-		LimitMarkerTTL: registryMarkerTTL,
+		LimitMarkerTTL: RegistryMarkerTTL,
 	}, create)
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: registry: %w", err)
@@ -155,7 +174,7 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 		cancel()
 		return nil, fmt.Errorf("agentkit: watch registry: %w", err)
 	}
-	r := &Registry{kv: kv, js: js, bucket: name, instances: map[string]map[string]instanceRecord{},
+	r := &Registry{kv: kv, js: js, bucket: name, instances: map[string]map[string]instanceEntry{},
 		gone: map[string]AgentStatus{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
 	r.wg.Go(func() { r.watch(wctx, w) })
 	select {
@@ -217,10 +236,20 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 		r.mu.Unlock()
 	}()
 	initial := true
+	sweep := time.NewTicker(registrySweep)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case now := <-sweep.C:
+			// Behind on the watch, the cache's records look older than
+			// they are: the puts that renew them wait in the channel.
+			if !initial && len(w.Updates()) == 0 {
+				for _, agent := range r.dropExpired(now) {
+					r.notify(agent)
+				}
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				ended = ErrWatchEnded
@@ -243,6 +272,70 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 	}
 }
 
+// registrySweep is how often the watch drops records that outlived their
+// TTL: the server scans for expired keys about as often.
+const registrySweep = time.Second
+
+// dropExpired removes the records that have outlived their TTL at now, as
+// the server's expiry marker would, and returns the agents left with no
+// live record. A record that expired on a bucket with limit markers is
+// dropped by whichever comes first, this or the marker; the other finds
+// it gone and comes to the same status.
+func (r *Registry) dropExpired(now time.Time) []string {
+	// Most sweeps find nothing: they look under the read lock, which
+	// does not hold up readers.
+	r.mu.RLock()
+	found := false
+scan:
+	for _, insts := range r.instances {
+		for _, in := range insts {
+			if in.expired(now) {
+				found = true
+				break scan
+			}
+		}
+	}
+	r.mu.RUnlock()
+	if !found {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var changed []string
+	for agent, insts := range r.instances {
+		dropped := false
+		for inst, in := range insts {
+			if in.expired(now) {
+				r.drop(agent, inst, false)
+				dropped = true
+			}
+		}
+		if dropped {
+			changed = append(changed, agent)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}
+
+// drop removes agent's instance inst: deregistered when clean, else
+// expired. When it was the agent's last, the agent reads STOPPED if it
+// deregistered or its last record said STOPPED, else UNAVAILABLE. Call it
+// with r.mu held.
+func (r *Registry) drop(agent, inst string, clean bool) {
+	in, ok := r.instances[agent][inst]
+	delete(r.instances[agent], inst)
+	if len(r.instances[agent]) > 0 {
+		return
+	}
+	delete(r.instances, agent)
+	status := StatusUnavailable
+	if clean || ok && in.rec.Status == StatusStopped {
+		status = StatusStopped
+	}
+	r.gone[agent] = status
+}
+
 // apply updates the cache from one KV entry and returns the agent it concerns.
 func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 	key, err := subjects.ParseRegistryKey(e.Key())
@@ -263,9 +356,9 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 		switch e.Operation() {
 		case jetstream.KeyValuePut:
 			if r.instances[agent] == nil {
-				r.instances[agent] = map[string]instanceRecord{}
+				r.instances[agent] = map[string]instanceEntry{}
 			}
-			r.instances[agent][inst] = rec
+			r.instances[agent][inst] = instanceEntry{rec: rec, put: e.Created()}
 			delete(r.gone, agent)
 		default:
 			// Delete: the instance deregistered, it stopped cleanly. Purge:
@@ -276,16 +369,7 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 			// says how the agent went: a crash after a clean stop of an
 			// earlier instance is UNAVAILABLE, and a deregistration after
 			// the record expired (a slow stop) is STOPPED.
-			rec, ok := r.instances[agent][inst]
-			delete(r.instances[agent], inst)
-			if len(r.instances[agent]) == 0 {
-				delete(r.instances, agent)
-				status := StatusUnavailable
-				if e.Operation() == jetstream.KeyValueDelete || ok && rec.Status == StatusStopped {
-					status = StatusStopped
-				}
-				r.gone[agent] = status
-			}
+			r.drop(agent, inst, e.Operation() == jetstream.KeyValueDelete)
 		}
 		return agent
 	default: // a mark
@@ -322,34 +406,36 @@ func (r *Registry) notify(agent string) {
 func (r *Registry) Get(id string) (AgentRecord, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.record(id)
+	return r.record(id, time.Now())
 }
 
-func (r *Registry) record(id string) (AgentRecord, bool) {
-	rec, ok := r.heartbeatRecord(id)
+func (r *Registry) record(id string, now time.Time) (AgentRecord, bool) {
+	rec, ok := r.heartbeatRecord(id, now)
 	if s, silent := r.silent[id]; ok && silent && rec.Status != StatusStopped {
 		rec.Status, rec.UnavailableBy, rec.UnavailableReason = StatusUnavailable, s.By, s.Reason
 	}
 	return rec, ok
 }
 
-// heartbeatRecord merges agent id's instance records, or reports how its
-// last instance went; only the degraded mark is applied.
-func (r *Registry) heartbeatRecord(id string) (AgentRecord, bool) {
-	insts := r.instances[id]
+// heartbeatRecord merges agent id's live instance records at now, or
+// reports how its last instance went; only the degraded mark is applied.
+// Records that outlived their TTL count as gone, as they will once the
+// watch or the server's marker drops them.
+func (r *Registry) heartbeatRecord(id string, now time.Time) (AgentRecord, bool) {
 	h := r.health[id]
-	if len(insts) == 0 {
-		status, ok := r.gone[id]
-		if !ok {
-			return AgentRecord{}, false
-		}
-		return AgentRecord{ID: id, Status: status, Degraded: h.Degraded, DegradedBy: h.By}, true
-	}
 	rec := AgentRecord{ID: id, Degraded: h.Degraded, DegradedBy: h.By}
 	rank := map[AgentStatus]int{StatusReady: 5, StatusBusy: 4, StatusInitializing: 3, StatusStopping: 2, StatusStopped: 1}
 	best := -1
 	var load float64
-	for _, in := range insts {
+	var last *instanceEntry // the newest of the expired records
+	for _, e := range r.instances[id] {
+		if e.expired(now) {
+			if last == nil || e.put.After(last.put) {
+				last = &e
+			}
+			continue
+		}
+		in := e.rec
 		rec.Type, rec.Version, rec.Capabilities, rec.Director = in.Type, in.Version, in.Capabilities, in.Director
 		if in.LastHeartbeat.After(rec.LastHeartbeat) {
 			rec.LastHeartbeat = in.LastHeartbeat
@@ -361,6 +447,20 @@ func (r *Registry) heartbeatRecord(id string) (AgentRecord, bool) {
 			rec.Instances++
 			load += in.Load
 		}
+	}
+	if best < 0 { // no live record
+		status, ok := r.gone[id]
+		if last != nil {
+			status, ok = StatusUnavailable, true
+			if last.rec.Status == StatusStopped {
+				status = StatusStopped
+			}
+		}
+		if !ok {
+			return AgentRecord{}, false
+		}
+		rec.Status = status
+		return rec, true
 	}
 	if rec.Instances > 0 {
 		rec.Load = load / float64(rec.Instances)
@@ -383,8 +483,9 @@ func (r *Registry) Find(ctx context.Context, q Query) ([]AgentRecord, error) {
 		ids = append(ids, id)
 	}
 	var out []AgentRecord
+	now := time.Now()
 	for _, id := range ids {
-		rec, _ := r.record(id)
+		rec, _ := r.record(id, now)
 		if (q.Status == "" || rec.Status == q.Status) && (q.Type == "" || rec.Type == q.Type) &&
 			(q.Capability == "" || rec.HasCapability(q.Capability)) {
 			out = append(out, rec)
@@ -481,10 +582,14 @@ func (r *Registry) ClearUnavailable(ctx context.Context, agent string) error {
 	return nil
 }
 
-// put writes an instance record with a TTL. KV Update drops per-key TTLs
-// (the server keeps a TTL only from a publish that carries one), so the record is published to the key's subject with a
-// Nats-TTL header instead.
+// put writes an instance record with a TTL, which the record states too
+// so readers can judge it stale where the bucket keeps no expiry markers.
+// KV Update drops per-key TTLs (the server keeps a TTL only from a publish
+// that carries one), so the record is published to the key's subject with
+// a Nats-TTL header instead.
 func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duration) error {
+	ttl = bucket.KeyTTL(ttl)
+	rec.TTLSeconds = int64(ttl / time.Second)
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -493,7 +598,7 @@ func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(bucket.KeyTTL(ttl))); err != nil {
+	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(ttl)); err != nil {
 		return fmt.Errorf("agentkit: register %s/%s: %w", rec.ID, rec.Instance, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package agentkit
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -12,17 +13,19 @@ type entry struct {
 	key   string
 	value []byte
 	op    jetstream.KeyValueOp
+	at    time.Time // when it was put; zero: never expires by its TTL
 }
 
 func (e entry) Key() string                     { return e.key }
 func (e entry) Value() []byte                   { return e.value }
 func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+func (e entry) Created() time.Time              { return e.at }
 
 // An instance whose record expired (the TTL's purge) and which then
 // deregisters (the delete) stopped cleanly: STOPPED, not UNAVAILABLE. With
 // a history of one, the watch can miss the STOPPED record in between.
 func TestRegistryApply_DeleteAfterPurgeIsStopped(t *testing.T) {
-	r := &Registry{instances: map[string]map[string]instanceRecord{}, gone: map[string]AgentStatus{},
+	r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
 		health: map[string]health{}, silent: map[string]health{}}
 	key := "agent.slow.i1"
 	r.apply(entry{key: key, value: []byte(`{"id":"slow","instance":"i1","status":"STOPPING"}`), op: jetstream.KeyValuePut})
@@ -50,12 +53,101 @@ func TestRegistryApply_NewestInstanceToGoWins(t *testing.T) {
 		{"clean stop after crash", jetstream.KeyValuePurge, jetstream.KeyValueDelete, StatusStopped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Registry{instances: map[string]map[string]instanceRecord{}, gone: map[string]AgentStatus{},
+			r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
 				health: map[string]health{}, silent: map[string]health{}}
 			r.apply(entry{key: "agent.restarted.i1", op: tc.first})
 			r.apply(entry{key: "agent.restarted.i2", op: tc.second})
 			if rec, _ := r.Get("restarted"); rec.Status != tc.want {
 				t.Fatalf("status %s, want %s", rec.Status, tc.want)
+			}
+		})
+	}
+}
+
+// A record older than the TTL it states reads as gone whenever the view is
+// read, before any sweep or marker: UNAVAILABLE, or STOPPED when it said
+// so; a live instance beside it keeps the agent up, and a record that
+// states no TTL (an older writer) is left to the server's expiry.
+func TestRegistryRecord_ExpiredByItsOwnTTL(t *testing.T) {
+	now := time.Now()
+	old, fresh := now.Add(-time.Minute), now.Add(-time.Second)
+	put := func(r *Registry, key, status string, ttl bool, at time.Time) {
+		v := `{"id":"a","instance":"i","status":"` + status + `"`
+		if ttl {
+			v += `,"ttl_seconds":15`
+		}
+		r.apply(entry{key: key, value: []byte(v + "}"), op: jetstream.KeyValuePut, at: at})
+	}
+	for _, tc := range []struct {
+		name      string
+		setup     func(r *Registry)
+		want      AgentStatus
+		instances int
+	}{
+		{"expired", func(r *Registry) { put(r, "agent.a.i1", "READY", true, old) }, StatusUnavailable, 0},
+		{"expired after saying STOPPED", func(r *Registry) { put(r, "agent.a.i1", "STOPPED", true, old) }, StatusStopped, 0},
+		{"newest expired said STOPPED", func(r *Registry) {
+			put(r, "agent.a.i1", "READY", true, old.Add(-time.Minute))
+			put(r, "agent.a.i2", "STOPPED", true, old)
+		}, StatusStopped, 0},
+		{"fresh", func(r *Registry) { put(r, "agent.a.i1", "READY", true, fresh) }, StatusReady, 1},
+		{"expired beside a live one", func(r *Registry) {
+			put(r, "agent.a.i1", "READY", true, old)
+			put(r, "agent.a.i2", "BUSY", true, fresh)
+		}, StatusBusy, 1},
+		{"no TTL stated", func(r *Registry) { put(r, "agent.a.i1", "READY", false, old) }, StatusReady, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
+				health: map[string]health{}, silent: map[string]health{}}
+			tc.setup(r)
+			rec, ok := r.Get("a")
+			if !ok || rec.Status != tc.want || rec.Instances != tc.instances {
+				t.Fatalf("Get = %+v (found %v), want %s with %d live instances", rec, ok, tc.want, tc.instances)
+			}
+			if got, _ := r.Find(t.Context(), Query{Status: tc.want}); len(got) != 1 || got[0].ID != "a" {
+				t.Fatalf("Find(%s) = %+v", tc.want, got)
+			}
+		})
+	}
+}
+
+// The watch's sweep drops an expired record as the server's marker would
+// and names the agent, once; the marker arriving afterwards, or a late
+// deregistration, then finds the record gone and comes to the status it
+// would have anyway.
+func TestRegistryDropExpired_AsTheMarkerWould(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		later jetstream.KeyValueOp
+		want  AgentStatus
+	}{
+		{"then the marker", jetstream.KeyValuePurge, StatusUnavailable},
+		{"then a slow deregistration", jetstream.KeyValueDelete, StatusStopped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
+				health: map[string]health{}, silent: map[string]health{}}
+			now := time.Now()
+			r.apply(entry{key: "agent.a.i1", value: []byte(`{"id":"a","instance":"i1","status":"READY","ttl_seconds":2}`),
+				op: jetstream.KeyValuePut, at: now.Add(-3 * time.Second)})
+			r.apply(entry{key: "agent.b.i1", value: []byte(`{"id":"b","instance":"i1","status":"READY","ttl_seconds":2}`),
+				op: jetstream.KeyValuePut, at: now})
+			if got := r.dropExpired(now); len(got) != 1 || got[0] != "a" {
+				t.Fatalf("dropExpired = %v, want [a]", got)
+			}
+			if got := r.dropExpired(now); got != nil {
+				t.Fatalf("second sweep = %v, want nothing", got)
+			}
+			if _, ok := r.instances["a"]; ok || r.gone["a"] != StatusUnavailable {
+				t.Fatalf("after the sweep: instances %v, gone %v", r.instances["a"], r.gone["a"])
+			}
+			if rec, _ := r.Get("b"); rec.Status != StatusReady {
+				t.Fatalf("b %s, want READY", rec.Status)
+			}
+			r.apply(entry{key: "agent.a.i1", op: tc.later})
+			if rec, _ := r.Get("a"); rec.Status != tc.want {
+				t.Fatalf("a %s, want %s", rec.Status, tc.want)
 			}
 		})
 	}
