@@ -272,6 +272,11 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 	}
 }
 
+// jsErrCodeMsgTTLDisabled is the server's answer to a publish with a TTL
+// to a stream that does not allow per-message TTLs: a registry bucket
+// created by an older writer.
+const jsErrCodeMsgTTLDisabled jetstream.ErrorCode = 10166
+
 // registrySweep is how often the watch drops records that outlived their
 // TTL: the server scans for expired keys about as often.
 const registrySweep = time.Second
@@ -599,6 +604,11 @@ func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duratio
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(ttl)); err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeMsgTTLDisabled {
+			return fmt.Errorf("agentkit: register %s/%s: registry bucket %s does not allow per-key TTLs (agentmesh migrate allows them): %w",
+				rec.ID, rec.Instance, r.bucket, err)
+		}
 		return fmt.Errorf("agentkit: register %s/%s: %w", rec.ID, rec.Instance, err)
 	}
 	return nil
