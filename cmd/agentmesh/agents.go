@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 func (a *app) agentsCmd() *cobra.Command {
@@ -25,7 +26,11 @@ func (a *app) agentsCmd() *cobra.Command {
 status, capabilities and last heartbeat. It reads KV bucket mesh_registry,
 where every agentkit agent instance keeps the key agent.<id>.<instance>
 renewed by its heartbeats (agentkit.Registry); instances of one agent are
-merged into one row. An agent whose heartbeats stopped shows UNAVAILABLE.
+merged into one row. An agent whose heartbeats stopped shows UNAVAILABLE:
+the server leaves a marker when its key expires, kept for a week. A registry
+bucket created by an older version may keep no markers: then an agent whose
+instance crashed is not listed once its key expired (or is listed as its
+earlier instances went), and agents says so; agentmesh migrate adds them.
 
 Without the bucket (no agent has registered yet) it says so and exits 0.` + exitCodesHelp,
 		Args: cobra.NoArgs,
@@ -55,6 +60,7 @@ func (a *app) listAgents(ctx context.Context, js jetstream.JetStream, asJSON boo
 		return err
 	}
 	defer reg.Close()
+	a.warnMarkerless(ctx, js, bucket)
 	recs, err := reg.Find(ctx, agentkit.Query{})
 	if err != nil {
 		return err
@@ -87,4 +93,15 @@ func (a *app) listAgents(ctx context.Context, js jetstream.JetStream, asJSON boo
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\n", r.ID, r.Type, status, r.Instances, r.Load, r.Director, strings.Join(caps, " "), hb)
 	}
 	return tw.Flush()
+}
+
+// warnMarkerless tells the operator, on stderr, when the registry bucket
+// keeps no markers of expired keys: the list then cannot show crashed
+// instances whose keys expired. It says nothing when it cannot tell.
+func (a *app) warnMarkerless(ctx context.Context, js jetstream.JetStream, bucket string) {
+	st, err := js.Stream(ctx, subjects.KVStream(bucket))
+	if err != nil || st.CachedInfo().Config.SubjectDeleteMarkerTTL > 0 {
+		return
+	}
+	fmt.Fprintf(a.stderr, "note: registry bucket %s keeps no markers of expired keys, so an agent whose instances crashed is missing or shows how an earlier instance went; agentmesh migrate adds them\n", bucket)
 }

@@ -22,9 +22,10 @@ func (a *app) migrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Move a mesh created by an older agentmesh to the current delivery topology",
-		Long: `migrate brings the message stream and the agents' consumers of a mesh created
-by an older agentmesh to the current delivery topology. It is idempotent: what
-is current already is left alone, and a mesh that is current is "nothing to do".
+		Long: `migrate brings the message stream, the agents' consumers and the registry
+bucket of a mesh created by an older agentmesh to the current delivery
+topology. It is idempotent: what is current already is left alone, and a mesh
+that is current is "nothing to do".
 
   stream     its subjects become exactly the direct, topic and broadcast
              subjects with the five priority tokens (mesh.agent.*.<priority>.*,
@@ -40,6 +41,13 @@ is current already is left alone, and a mesh that is current is "nothing to do".
              high) and <agent>_fanout-bulk (normal, low, batch), reading the
              broadcasts and the topics its old consumers read, unless it has
              them already.
+  registry   the registry bucket (KV mesh_registry) allows per-key TTLs and
+             keeps the marker the server leaves when a key expires for a
+             week (subject_delete_marker_ttl), so a registry loaded later,
+             such as agentmesh agents', still shows an instance whose
+             heartbeats stopped as UNAVAILABLE. Without markers an expired
+             key vanishes: only a registry that watched it go knows; without
+             per-key TTLs agents cannot register at all.
 
 A fan-out consumer starts where the agent's old consumers of its priorities
 left off: after the lowest ack floor among them (after the stream's last
@@ -100,17 +108,20 @@ func (m *migrator) did(format string, args ...any) {
 func (m *migrator) run(ctx context.Context) error {
 	name := m.scheme.Stream()
 	stream, err := m.js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
 		fmt.Fprintf(m.out, "stream %s does not exist: nothing to do (agents create it with the current subjects)\n", name)
-		return nil
-	}
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("stream %s: %w", name, err)
+	default:
+		if err := m.stream(ctx, stream.CachedInfo()); err != nil {
+			return err
+		}
+		if err := m.consumers(ctx, stream); err != nil {
+			return err
+		}
 	}
-	if err := m.stream(ctx, stream.CachedInfo()); err != nil {
-		return err
-	}
-	if err := m.consumers(ctx, stream); err != nil {
+	if err := m.registry(ctx); err != nil {
 		return err
 	}
 	switch {
@@ -149,6 +160,45 @@ func (m *migrator) stream(ctx context.Context, info *jetstream.StreamInfo) error
 	}
 	if _, err := m.js.UpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("update stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// registry lets the registry bucket keep expiry markers as long as agents
+// create it with, and allow the per-key TTLs that leave them. The server
+// allows both on an existing stream, and applies the marker TTL to keys
+// that expire afterwards, those put before included.
+func (m *migrator) registry(ctx context.Context) error {
+	bucket := m.scheme.RegistryBucket()
+	name := subjects.KVStream(bucket)
+	stream, err := m.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		fmt.Fprintf(m.out, "registry bucket %s does not exist (agents create it with expiry markers)\n", bucket)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("registry bucket %s: %w", bucket, err)
+	}
+	cfg := stream.CachedInfo().Config
+	changed := false
+	if !cfg.AllowMsgTTL {
+		m.did("allow per-key TTLs in registry bucket %s (allow_msg_ttl), without which agents cannot register", bucket)
+		cfg.AllowMsgTTL, changed = true, true
+	}
+	if cfg.SubjectDeleteMarkerTTL < agentkit.RegistryMarkerTTL {
+		m.did("keep the markers of expired keys in registry bucket %s for %v (subject_delete_marker_ttl, was %v), so an instance whose heartbeats stopped reads UNAVAILABLE",
+			bucket, agentkit.RegistryMarkerTTL, cfg.SubjectDeleteMarkerTTL)
+		cfg.SubjectDeleteMarkerTTL, changed = agentkit.RegistryMarkerTTL, true
+	}
+	if !changed {
+		fmt.Fprintf(m.out, "registry bucket %s: current\n", bucket)
+		return nil
+	}
+	if m.dryRun {
+		return nil
+	}
+	if _, err := m.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("update registry bucket %s: %w", bucket, err)
 	}
 	return nil
 }
