@@ -75,7 +75,8 @@
 //
 //	handler returns              broker                       sender hears
 //	nil                          Ack                          ACK envelope if requires_ack
-//	Busy(d) / any other error    NakWithDelay(d or backoff)   the error, after the last attempt
+//	Busy(d), Retry(err, d)       NAK, back after d            the error, after the last attempt
+//	Busy(0) / any other error    NakWithDelay(backoff)        the error, after the last attempt
 //	panic                        recovered, NakWithDelay      the error, after the last attempt
 //	Reject(code, reason),        TermWithReason               error envelope (NACK if requires_ack)
 //	  non-retryable *Error
@@ -84,7 +85,11 @@
 //	  whose action it does not take)
 //
 // "Sender hears" is for requests: a notification hears nothing on
-// failure, unless it set requires_ack (then the NACK). After the last attempt the broker emits a MAX_DELIVERIES advisory; the ack
+// failure, unless it set requires_ack (then the NACK). A delay d of the
+// handler's holds on every attempt it is returned on; without one, the
+// NAK's delay is the priority's BackOff entry for the attempt, which the
+// broker adds to the growth of the attempt's ack timeout over the first.
+// After the last attempt the broker emits a MAX_DELIVERIES advisory; the ack
 // monitor escalates it to the sender's director. Messages that cannot be an
 // envelope for this agent (not JSON, missing fields, a sender_id other than
 // the subject's sender, another receiver, too large) are terminated with a

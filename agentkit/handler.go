@@ -63,12 +63,14 @@ func (m *Message) ReplyError(ctx context.Context, e *wire.Error) error {
 }
 
 // Busy returns an error telling the runtime the agent cannot take the
-// message now: it is NAKed and redelivered after the given delay, or after
-// the priority's backoff for this attempt when after is 0.
+// message now: it is NAKed and redelivered after the given delay, on every
+// attempt that returns it (the growth of the broker's ack timeout with the
+// attempt is taken off), or with the priority's backoff for this attempt
+// as the NAK's delay when after is 0.
 func Busy(after time.Duration) error { return &retryError{delay: after, code: wire.CodeBusy} }
 
-// Retry wraps err so the message is redelivered after delay (0: the
-// priority's backoff). Plain errors returned by a handler are retried the
+// Retry wraps err so the message is redelivered after delay, as [Busy]
+// does (0: the priority's backoff). Plain errors returned by a handler are retried the
 // same way; Retry only sets the delay.
 func Retry(err error, after time.Duration) error {
 	return &retryError{delay: after, code: wire.CodeInternal, err: err}

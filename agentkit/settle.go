@@ -45,8 +45,9 @@ func classify(err error) (kind outcome, code wire.ErrorCode, delay time.Duration
 // reply. It is the one place implementing the outcome table:
 //
 //	nil                         Ack (DoubleAck if configured); ACK envelope if requires_ack
-//	Busy / retryable / panic    NakWithDelay on the priority's backoff; on the last
-//	                            attempt the sender also gets the error
+//	Busy / retryable / panic    NAK, redelivered after the delay asked for, else on
+//	                            the priority's backoff; on the last attempt the
+//	                            sender also gets the error
 //	Reject / non-retryable      TermWithReason; error (or NACK) envelope to the sender
 //	Reroute(capability)         forward to a READY agent with it, then Ack; none: as Reject
 //
@@ -82,10 +83,7 @@ func (r *receiver) settle(d *delivery, err error, elapsed time.Duration) {
 			return
 		}
 		attempt := d.attempt()
-		if delay <= 0 {
-			delay = d.policy.retryDelay(attempt)
-		}
-		berr := r.brokerErr(d.msg.NakWithDelay(delay), d, "nak")
+		berr := r.brokerErr(r.nak(d, delay, attempt), d, "nak")
 		r.stats.add(OutcomeNak)
 		r.settled(d, SettleEvent{Outcome: OutcomeNak, Elapsed: elapsed, Err: err, Code: code, BrokerErr: berr})
 		if attempt >= uint64(d.src.policy.MaxDeliver) && r.answers(d) {
@@ -122,6 +120,30 @@ func (r *receiver) settle(d *delivery, err error, elapsed time.Duration) {
 		r.stats.add(OutcomeTerm)
 		r.settled(d, SettleEvent{Outcome: OutcomeTerm, Elapsed: elapsed, Err: err, Code: code, Reason: reason, BrokerErr: berr})
 	}
+}
+
+// nak NAKs d's message after its attempt-th delivery failed. Without a
+// delay of the handler's (Busy, Retry, an error's retry_after_ms), the
+// NAK's delay is the priority's backoff for the attempt. With one, the
+// message comes back after that delay, on every attempt: the server
+// times a NAK's delay from the attempt's ack timeout, redelivering once
+// the consumer's BackOff entry for the attempt has passed since now −
+// AckWait + delay. From the second attempt on, that entry exceeds
+// AckWait (BackOff[0]), and NakWithDelay(wait) would wait the difference
+// as well; nak takes it off, with a negative delay when the difference
+// exceeds the wait, which nats.go's NakWithDelay turns into a plain NAK
+// (immediate redelivery), so that NAK is published as the server reads
+// it.
+func (r *receiver) nak(d *delivery, wait time.Duration, attempt uint64) error {
+	if wait <= 0 {
+		return d.msg.NakWithDelay(d.policy.retryDelay(attempt))
+	}
+	cons := &d.src.policy // the consumer's schedule, which the server applies
+	delay := wait - (cons.retryDelay(attempt) - cons.BackOff[0])
+	if delay > 0 {
+		return d.msg.NakWithDelay(delay)
+	}
+	return r.nc.Publish(d.msg.Reply(), fmt.Appendf(nil, "-NAK {\"delay\": %d}", delay.Nanoseconds()))
 }
 
 // reroute forwards d's message to an agent with capability (see
