@@ -218,7 +218,8 @@ func (r *receiver) asyncError(err error) { r.opts.errorHandler(err) }
 // read pulls one priority's messages and hands them to the workers, which
 // decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
 // settled here instead, so a Request waiting in a handler never needs a free
-// worker to receive its response. When an iterator of src ends its
+// worker to receive its response; so is every message without the mirrored
+// headers (see mirrored), whose task only its envelope names. When an iterator of src ends its
 // generation, read waits until out holds fewer messages than the handlers'
 // pace calls for and opens the next generation for the difference (see
 // room): out has room for all of it, so every message passes straight
@@ -270,13 +271,20 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 		if src.spec.class != "" && !r.admitFanout(d, h) {
 			continue
 		}
-		if h.Get(wire.HeaderInReplyTo) != "" {
-			src.waiting.add(d) // kept alive while a large reply is fetched
+		if h.Get(wire.HeaderInReplyTo) != "" || !mirrored(h) && !r.handled.seen(d.seq) {
+			// A reply, or a message whose sender mirrors no header: its
+			// envelope is decoded here, in stream order, so a reply
+			// without the header is matched here too and a task without
+			// the header takes its lane below. A duplicate goes on to a
+			// worker undecoded: handle acks it, and its large envelope
+			// may be gone.
+			src.waiting.add(d) // kept alive while a large envelope is fetched
 			ok := r.receive(d)
 			src.waiting.remove(d)
 			if !ok {
 				continue
 			}
+			d.task = d.env.TaskID // equal to the header, if any (receive checks)
 		}
 		if d.task != "" && !r.lanes.enter(d) {
 			continue // queued behind the running message of its task
@@ -290,6 +298,16 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 			return
 		}
 	}
+}
+
+// mirrored reports whether a message's sender mirrors the envelope in
+// headers. Every sender that does sends Mesh-Type (PROTOCOL.md §4), and
+// then a Mesh-* header that is missing is an empty member: without
+// Mesh-Type, a missing Mesh-Task-Id says nothing of the task, which only
+// the body tells.
+func mirrored(h nats.Header) bool {
+	_, ok := h[wire.HeaderType]
+	return ok
 }
 
 // reopen opens src's next iterator for n messages (see source.reopen).

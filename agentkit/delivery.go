@@ -23,7 +23,7 @@ type delivery struct {
 	priority wire.Priority
 	policy   *DeliveryPolicy // the message's priority's: its processing limit and retry delays
 	src      *source         // the consumer's source: its policy (ack timeouts, attempts), and the pace that learns how long the handler took
-	task     string          // the Mesh-Task-Id header: messages of one task are handled in order
+	task     string          // Mesh-Task-Id, or task_id of an envelope the reader decoded: messages of one task are handled in order
 	message  Message
 
 	// set while the handler runs; see scan

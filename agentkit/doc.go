@@ -129,8 +129,9 @@
 //
 // # Ordering, context and large payloads
 //
-// Messages of one task (task_id, mirrored in the Mesh-Task-Id header) and
-// priority are handled one at a time in stream order by an instance;
+// Messages of one task (task_id, mirrored in the Mesh-Task-Id header; a
+// sender that mirrors no header has its envelope decoded by the reader to
+// find it) and priority are handled one at a time in stream order by an instance;
 // different tasks run concurrently. The order is per instance and
 // priority: instances sharing an agent's consumers, or messages of the
 // task at another priority, do not wait for each other, and a redelivered

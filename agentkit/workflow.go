@@ -62,7 +62,8 @@ const workflowScanIdle = 30 * time.Second
 // WorkflowStatus reads the messages of correlationID back from the message
 // stream. It scans the stream's headers (not bodies) from since (zero: the
 // beginning), so its cost grows with the stream; it is a diagnostic, not a
-// hot path. An unknown correlation id returns a workflow with no messages.
+// hot path. A message without the mirrored headers (PROTOCOL.md §4) costs
+// a read of its body. An unknown correlation id returns a workflow with no messages.
 // The scan stops with ctx's error when ctx ends, and deletes its temporary
 // consumer when it returns.
 func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, correlationID string, since time.Time) (*Workflow, error) {
@@ -83,6 +84,7 @@ func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects
 		_ = js.DeleteConsumer(context.WithoutCancel(ctx), scheme.Stream(), info.Name)
 	}()
 	w := &Workflow{CorrelationID: correlationID}
+	bodies := &bodyReader{js: js, name: scheme.Stream()}
 	for pending := info.NumPending; pending > 0; {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
@@ -100,19 +102,33 @@ func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects
 			}
 			pending = md.NumPending
 			h := msg.Headers()
-			if h.Get(wire.HeaderCorrelation) != correlationID {
+			wm := WorkflowMessage{Seq: md.Sequence.Stream, Time: md.Timestamp, MessageID: h.Get(wire.HeaderMsgID),
+				Type: wire.MessageType(h.Get(wire.HeaderType)), Action: h.Get(wire.HeaderAction),
+				InReplyTo: h.Get(wire.HeaderInReplyTo), Status: h.Get(wire.HeaderStatus)}
+			corr := h.Get(wire.HeaderCorrelation)
+			if !mirrored(h) {
+				// The sender mirrors no header: the body says it all, at a
+				// read per message.
+				env, err := bodies.envelope(ctx, md.Sequence.Stream)
+				if err != nil {
+					return nil, err
+				}
+				if env == nil {
+					continue // not an envelope: its receiver terminates it
+				}
+				corr = env.Correlation
+				wm.MessageID, wm.Type, wm.Action = env.MessageID, env.MessageType, env.Action
+				wm.InReplyTo, wm.Status = env.InReplyTo, env.Status
+			}
+			if corr != correlationID {
 				continue
 			}
 			sub, err := scheme.Parse(msg.Subject())
 			if err != nil {
 				continue
 			}
-			w.Messages = append(w.Messages, WorkflowMessage{
-				Seq: md.Sequence.Stream, Time: md.Timestamp, MessageID: h.Get(wire.HeaderMsgID),
-				Type: wire.MessageType(h.Get(wire.HeaderType)), Action: h.Get(wire.HeaderAction), Priority: sub.Priority,
-				Sender: sub.Sender, Receiver: sub.Receiver, Topic: sub.Topic,
-				InReplyTo: h.Get(wire.HeaderInReplyTo), Status: h.Get(wire.HeaderStatus),
-			})
+			wm.Priority, wm.Sender, wm.Receiver, wm.Topic = sub.Priority, sub.Sender, sub.Receiver, sub.Topic
+			w.Messages = append(w.Messages, wm)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, fmt.Errorf("agentkit: read stream %s: %w", scheme.Stream(), err)
@@ -123,6 +139,40 @@ func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects
 	}
 	w.summarize()
 	return w, nil
+}
+
+// bodyReader reads messages of the message stream by sequence, for
+// WorkflowStatus: the stream's handle is looked up at the first read.
+type bodyReader struct {
+	js     jetstream.JetStream
+	name   string
+	stream jetstream.Stream
+}
+
+// envelope reads message seq and decodes it as bounded as a receiver
+// does; nil, nil when the message is gone or no valid envelope.
+func (b *bodyReader) envelope(ctx context.Context, seq uint64) (*wire.Envelope, error) {
+	if b.stream == nil {
+		st, err := b.js.Stream(ctx, b.name)
+		if err != nil {
+			return nil, fmt.Errorf("agentkit: read stream %s: %w", b.name, err)
+		}
+		b.stream = st
+	}
+	raw, err := b.stream.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("agentkit: read message %d of %s: %w", seq, b.name, err)
+	case len(raw.Data) > wire.DefaultMaxEnvelopeBytes:
+		return nil, nil
+	}
+	env, err := wire.Decode(raw.Data)
+	if err != nil {
+		return nil, nil //nolint:nilerr // an invalid envelope is no message of any workflow
+	}
+	return env, nil
 }
 
 // WorkflowStatus reads correlationID's messages from the agent's stream;
