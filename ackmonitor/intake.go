@@ -133,8 +133,11 @@ func parseSubject(scheme subjects.Scheme, subject string) (subjects.Subject, err
 	return subjects.Subject{}, err
 }
 
-// parseSend turns a headers-only MESH message into a send record.
-func (in *intake) parseSend(msg jetstream.Msg) (store.Send, bool) {
+// parseSend turns a headers-only MESH message into a send record. body is
+// the message's body when its sender mirrors no header (see mirrored),
+// else nil: the record then takes from the envelope what the headers
+// lack.
+func (in *intake) parseSend(msg jetstream.Msg, body []byte) (store.Send, bool) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return store.Send{}, false
@@ -148,6 +151,14 @@ func (in *intake) parseSend(msg jetstream.Msg) (store.Send, bool) {
 		Kind: string(sub.Kind), Priority: sub.Priority, MessageType: h.Get(wire.HeaderType),
 		Action: h.Get(wire.HeaderAction), Correlation: h.Get(wire.HeaderCorrelation),
 		Workflow: h.Get(wire.HeaderWorkflow), InReplyTo: h.Get(wire.HeaderInReplyTo), SentAt: md.Timestamp.UTC()}
+	if env := envelopeOf(body); env != nil {
+		s.MessageID = first(s.MessageID, env.MessageID)
+		s.MessageType = first(s.MessageType, string(env.MessageType))
+		s.Action = first(s.Action, env.Action)
+		s.Correlation = first(s.Correlation, env.Correlation)
+		s.Workflow = first(s.Workflow, env.WorkflowID)
+		s.InReplyTo = first(s.InReplyTo, env.InReplyTo)
+	}
 	switch sub.Kind {
 	case subjects.KindDirect:
 		s.Receiver = sub.Receiver
@@ -183,10 +194,13 @@ func (in *intake) eventsBatch(msgs []jetstream.Msg) intakeBatch {
 	return b
 }
 
-func (in *intake) sendsBatch(msgs []jetstream.Msg) intakeBatch {
+// sendsBatch turns sends into a batch, reading from mesh the bodies of
+// those whose sender mirrors no header.
+func (in *intake) sendsBatch(ctx context.Context, mesh jetstream.Stream, msgs []jetstream.Msg) intakeBatch {
 	b := intakeBatch{kinds: make([]string, len(msgs))}
+	bodies := in.bodies(ctx, mesh, msgs)
 	for i, msg := range msgs {
-		s, ok := in.parseSend(msg)
+		s, ok := in.parseSend(msg, bodies[i])
 		if !ok {
 			b.kinds[i] = "ignored"
 			continue
@@ -203,10 +217,71 @@ func (in *intake) pullEvents(ctx context.Context, cons jetstream.Consumer) {
 	in.pull(ctx, cons, true, in.eventsBatch)
 }
 
-// pullSends writes the sends of cons, the sends consumer, until ctx is
-// done (pull).
-func (in *intake) pullSends(ctx context.Context, cons jetstream.Consumer) {
-	in.pull(ctx, cons, false, in.sendsBatch)
+// pullSends writes the sends of cons, the sends consumer on mesh, until
+// ctx is done (pull).
+func (in *intake) pullSends(ctx context.Context, cons jetstream.Consumer, mesh jetstream.Stream) {
+	in.pull(ctx, cons, false, func(msgs []jetstream.Msg) intakeBatch { return in.sendsBatch(ctx, mesh, msgs) })
+}
+
+// mirrored reports whether a message's sender mirrors its envelope in
+// headers: every sender that does sends Mesh-Type, and then a missing
+// Mesh-* header is an empty member (PROTOCOL.md §4).
+func mirrored(h nats.Header) bool {
+	_, ok := h[wire.HeaderType]
+	return ok
+}
+
+// bodyReaders bounds the body reads a batch of sends has in flight.
+const bodyReaders = 8
+
+// bodies returns, for each of msgs (headers only), its body read from
+// mesh when its sender mirrors no header, else nil. The sends consumer
+// delivers headers only, so a sender that leaves them out costs a read
+// per message, never a ledger field. A read that fails leaves the
+// record with what the headers say.
+func (in *intake) bodies(ctx context.Context, mesh jetstream.Stream, msgs []jetstream.Msg) [][]byte {
+	out := make([][]byte, len(msgs))
+	var todo []int
+	for i, msg := range msgs {
+		if !mirrored(msg.Headers()) {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 || mesh == nil {
+		return out
+	}
+	parallel(len(todo), bodyReaders, func(j int) {
+		i := todo[j]
+		seq := streamSeq(msgs[i])
+		if seq == 0 {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, copyTimeout)
+		defer cancel()
+		raw, err := mesh.GetMsg(rctx, seq)
+		if err != nil {
+			if ctx.Err() == nil {
+				in.cfg.Logger.Warn("reading the body of a send without headers", "stream_seq", seq, "err", err)
+			}
+			return
+		}
+		out[i] = raw.Data
+	})
+	return out
+}
+
+// envelopeOf decodes body as an envelope, or returns nil when it is not a
+// valid one (its receiver terminates it) or is empty. Decoding validates
+// every field the ledger takes, and is bounded like a receiver's.
+func envelopeOf(body []byte) *wire.Envelope {
+	if len(body) == 0 || len(body) > wire.DefaultMaxEnvelopeBytes {
+		return nil
+	}
+	env, err := wire.Decode(body)
+	if err != nil {
+		return nil
+	}
+	return env
 }
 
 // pull pulls batches from cons (in the pinned priority group), writes

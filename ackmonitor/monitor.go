@@ -127,7 +127,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { m.intake.pullEvents(ctx, m.events) })
-	wg.Go(func() { m.intake.pullSends(ctx, m.sends) })
+	wg.Go(func() { m.intake.pullSends(ctx, m.sends, m.mesh) })
 	wg.Go(func() { m.intake.directIntake(ctx) })
 	wg.Go(func() { m.statusLoop(ctx) })
 	wg.Go(func() { m.alertLoop(ctx) })
