@@ -171,3 +171,38 @@ func TestHeaderless_WorkflowStatusReadsBodies(t *testing.T) {
 		t.Fatalf("outcome %q, want %q", w.Outcome, agentkit.WorkflowCompleted)
 	}
 }
+
+// A message without trace headers is handled in the trace its envelope's
+// trace member names.
+func TestHeaderless_TraceFromBody(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	_, exp, opts := traced(t)
+	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": func(context.Context, *agentkit.Message) error { return nil }}, opts...)
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const traceID, spanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	e := wire.NewEnvelope(wire.TypeNotification, "sender", "work")
+	e.ReceiverID, e.Trace = "recv", &wire.Trace{TraceID: traceID, SpanID: spanID}
+	mustPublishBare(t, js, e)
+	eventually(t, 10*time.Second, "acked", func() bool { return recv.Stats().Outcomes[agentkit.OutcomeAck] == 1 })
+	eventually(t, 5*time.Second, "handle span exported", func() bool { return len(exp.GetSpans()) > 0 })
+	var found bool
+	for _, s := range exp.GetSpans() {
+		if s.Name != "handle work" {
+			continue
+		}
+		found = true
+		if got := s.SpanContext.TraceID().String(); got != traceID {
+			t.Errorf("handle span in trace %s, want %s", got, traceID)
+		}
+		if got := s.Parent.SpanID().String(); got != spanID || !s.Parent.IsRemote() {
+			t.Errorf("handle span's parent %s (remote %v), want the sender's %s", got, s.Parent.IsRemote(), spanID)
+		}
+	}
+	if !found {
+		t.Fatalf("no handle span among %d", len(exp.GetSpans()))
+	}
+}

@@ -96,6 +96,13 @@ func (t *tracing) inject(ctx context.Context, h nats.Header) {
 func (t *tracing) startHandle(ctx context.Context, d *delivery) (context.Context, trace.Span) {
 	remote := t.propagator.Extract(ctx, headerCarrier(d.msg.Headers()))
 	rsc := trace.SpanContextFromContext(remote)
+	if !rsc.IsValid() {
+		if bsc := bodyTrace(d.env.Trace); bsc.IsValid() {
+			// No trace context in the headers: the sender's span as the
+			// body names it.
+			rsc, remote = bsc, trace.ContextWithRemoteSpanContext(remote, bsc)
+		}
+	}
 	opts := handleSpan
 	if rsc.IsValid() {
 		opts = append(slices.Clip(handleSpan), trace.WithLinks(trace.Link{SpanContext: rsc}))
@@ -114,6 +121,24 @@ func (t *tracing) startHandle(ctx context.Context, d *delivery) (context.Context
 		)
 	}
 	return ctx, span
+}
+
+// bodyTrace is the span context an envelope's trace member names, or the
+// zero one. A sender writes it only while its span records, so it counts
+// as sampled; its trace state, which only headers carry, is lost.
+func bodyTrace(tr *wire.Trace) trace.SpanContext {
+	if tr == nil {
+		return trace.SpanContext{}
+	}
+	tid, err := trace.TraceIDFromHex(tr.TraceID)
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	sid, err := trace.SpanIDFromHex(tr.SpanID)
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true})
 }
 
 // startRequest starts the client span of a Request or SendAndWait.
