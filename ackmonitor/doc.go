@@ -17,7 +17,8 @@
 //   - <id>_events on MESH_EVENTS: every consumer event;
 //   - <id>_sends on MESH, headers only: every send (message id, sender,
 //     receiver or topic, priority, correlation, workflow, in-reply-to, and
-//     the stream timestamp as sent_at).
+//     the stream timestamp as sent_at). A send without Mesh-Type, whose
+//     sender mirrors no header, has its body read from the stream instead.
 //
 // Messages are written in batches, one store transaction per batch, and
 // acked only after the commit. Writes are idempotent (see package store),
