@@ -28,6 +28,7 @@ type check struct {
 var checks = []check{
 	{"Consumers", checkConsumers},
 	{"Request", checkRequest},
+	{"Headerless", checkHeaderless},
 	{"RequiresAck", checkRequiresAck},
 	{"Reject", checkReject},
 	{"UnknownAction", checkUnknownAction},
@@ -171,6 +172,23 @@ func checkRequest(t *testing.T, p *peer) {
 		checkEcho(t, req, p.reply(t, req, wire.TypeResponse))
 		p.acked(t, seq, p.consumer("low"), "echo request")
 	})
+}
+
+// checkHeaderless sends an echo request with no mirrored header, only the
+// required Nats-Msg-Id: the agent reads everything from the envelope
+// (PROTOCOL.md §4) and answers as it does a request with them.
+func checkHeaderless(t *testing.T, p *peer) {
+	req := p.envelope(wire.TypeRequest, ActionEcho, wire.PriorityNormal)
+	req.Correlation, req.WorkflowID, req.TaskID, req.SessionID = "corr-"+nuid.Next(), "wf-"+nuid.Next(), "task-"+nuid.Next(), "sess_"+nuid.Next()
+	req.Payload = echoPayload()
+	body, err := req.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := p.publish(t, p.toAgent(string(req.Priority)), nats.Header{wire.HeaderMsgID: {req.MessageID}}, body)
+	checkEcho(t, req, p.reply(t, req, wire.TypeResponse))
+	p.acked(t, seq, p.consumer("normal"), "echo request without mirrored headers")
+	p.mute.add(req.MessageID, "an echo request without requires_ack", wire.TypeResponse)
 }
 
 // checkEcho checks a response to an echo request.
