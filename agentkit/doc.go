@@ -113,8 +113,10 @@
 // reads STOPPED only when the newest of them to go deregistered cleanly,
 // UNAVAILABLE when its record expired (for a week, as long as the bucket
 // keeps the expiry marker): a crashed restart is not hidden by the clean
-// stop before it. [Agent.Registry] answers [Registry.Find] from
-// a watched local cache.
+// stop before it. The record states its TTL (ttl_seconds), so a reader
+// judges a record past it gone by itself, on a bucket that keeps no
+// markers too (`agentmesh migrate` adds them to an older bucket).
+// [Agent.Registry] answers [Registry.Find] from a watched local cache.
 //
 // Request and SendAndWait go through a circuit breaker per destination
 // ([WithBreaker]): five consecutive timeouts open it and sends fail fast
