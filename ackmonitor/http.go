@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
-	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -536,7 +535,7 @@ type LetterView struct {
 func letterView(scheme subjects.Scheme, l dlq.Letter) LetterView {
 	sub, _ := scheme.Parse(l.Subject) // a foreign subject leaves the names empty
 	return LetterView{Seq: l.Seq, Time: l.Time, Receiver: sub.Receiver, Priority: sub.Priority, Sender: sub.Sender,
-		Action: l.Header.Get(wire.HeaderAction), MessageID: l.MessageID(), Status: l.Status(), Reason: l.Reason(),
+		Action: l.Action(), MessageID: l.MessageID(), Status: l.Status(), Reason: l.Reason(),
 		Deliveries: l.Deliveries(), BodyOmitted: l.Header.Get(dlq.HeaderBodyOmitted) != ""}
 }
 

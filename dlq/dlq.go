@@ -103,6 +103,20 @@ func (l Letter) Deliveries() int {
 // Consumer is the consumer that gave up on the original.
 func (l Letter) Consumer() string { return l.Header.Get(HeaderConsumer) }
 
+// Action is the original's action: its Mesh-Action header or, for a
+// sender that mirrors no headers (no Mesh-Type), its envelope's; empty
+// when neither says.
+func (l Letter) Action() string {
+	if a := l.Header.Get(wire.HeaderAction); a != "" || l.Header.Get(wire.HeaderType) != "" || len(l.Data) == 0 {
+		return a
+	}
+	env, err := wire.Decode(l.Data)
+	if err != nil {
+		return "" // an invalid envelope (INVALID letters) names no action
+	}
+	return env.Action
+}
+
 // MessageID is the original's message id: Mesh-Dlq-Original-Id, or the
 // part of the letter's own Nats-Msg-Id before its first colon for letters
 // that lack it.

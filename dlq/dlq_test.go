@@ -204,3 +204,34 @@ func TestRemove(t *testing.T) {
 		}
 	}
 }
+
+// TestLetterAction: the action comes from Mesh-Action, or from the body
+// of a letter whose sender mirrored no headers; a body that is no
+// envelope names none.
+func TestLetterAction(t *testing.T) {
+	t.Parallel()
+	e := wire.NewEnvelope(wire.TypeRequest, "orch_1", "plan")
+	e.ReceiverID, e.Priority = "planner_1", wire.PriorityHigh
+	body, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirrored := nats.Header{}
+	mirrored.Set(wire.HeaderType, string(wire.TypeRequest))
+	for _, c := range []struct {
+		name   string
+		header nats.Header
+		data   []byte
+		want   string
+	}{
+		{"header", nats.Header{wire.HeaderAction: {"from_header"}}, body, "from_header"},
+		{"headerless", nats.Header{}, body, "plan"},
+		{"mirrored without action", mirrored, body, ""},
+		{"not an envelope", nats.Header{}, []byte(`{"action":`), ""},
+		{"body omitted", nats.Header{}, nil, ""},
+	} {
+		if got := (dlq.Letter{Header: c.header, Data: c.data}).Action(); got != c.want {
+			t.Errorf("%s: Action() = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

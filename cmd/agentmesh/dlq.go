@@ -166,7 +166,7 @@ func (a *app) dlqList(ctx context.Context, limit int, asJSON bool) error {
 		for _, l := range letters {
 			sub, _ := a.scheme().Parse(l.Subject)
 			j := letterJSON{Seq: l.Seq, Time: l.Time, Subject: l.Subject, Receiver: sub.Receiver, Priority: sub.Priority,
-				Sender: sub.Sender, Action: l.Header.Get(wire.HeaderAction), Status: l.Status(), Reason: l.Reason(),
+				Sender: sub.Sender, Action: l.Action(), Status: l.Status(), Reason: l.Reason(),
 				Deliveries: l.Deliveries(), Consumer: l.Consumer(), MessageID: l.MessageID(), Original: l.Header.Get(dlq.HeaderSubject)}
 			if json.Valid(l.Data) {
 				j.Envelope = l.Data
@@ -186,7 +186,7 @@ func (a *app) dlqList(ctx context.Context, limit int, asJSON bool) error {
 	for _, l := range letters {
 		sub, _ := a.scheme().Parse(l.Subject)
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Seq, l.Time.Local().Format("01-02 15:04:05"),
-			sub.Receiver, sub.Priority, sub.Sender, l.Header.Get(wire.HeaderAction), l.Status(),
+			sub.Receiver, sub.Priority, sub.Sender, l.Action(), l.Status(),
 			l.Header.Get(dlq.HeaderDeliveries), l.Reason(), l.MessageID())
 	}
 	return tw.Flush()
@@ -214,7 +214,7 @@ func (a *app) dlqReplay(ctx context.Context, seqs []uint64, all, dryRun, remove 
 				continue
 			}
 			fmt.Fprintf(a.stdout, "would replay dead letter %d (%s %s, message_id=%s) to %s\n", l.Seq,
-				msg.Header.Get(wire.HeaderType), msg.Header.Get(wire.HeaderAction), l.MessageID(), msg.Subject)
+				msg.Header.Get(wire.HeaderType), l.Action(), l.MessageID(), msg.Subject)
 			continue
 		}
 		r, err := dlq.Replay(ctx, js, a.scheme(), l)
