@@ -325,20 +325,24 @@ scan:
 
 // drop removes agent's instance inst: deregistered when clean, else
 // expired. When it was the agent's last, the agent reads STOPPED if it
-// deregistered or its last record said STOPPED, else UNAVAILABLE. Call it
-// with r.mu held.
-func (r *Registry) drop(agent, inst string, clean bool) {
+// deregistered or its last record said STOPPED, else UNAVAILABLE. It
+// reports whether that changed what the view shows, so the second of the
+// sweep and the server's marker for one expiry tells no watcher again.
+// Call it with r.mu held.
+func (r *Registry) drop(agent, inst string, clean bool) bool {
 	in, ok := r.instances[agent][inst]
 	delete(r.instances[agent], inst)
 	if len(r.instances[agent]) > 0 {
-		return
+		return ok
 	}
 	delete(r.instances, agent)
 	status := StatusUnavailable
 	if clean || ok && in.rec.Status == StatusStopped {
 		status = StatusStopped
 	}
+	prev, had := r.gone[agent]
 	r.gone[agent] = status
+	return ok || !had || prev != status
 }
 
 // apply updates the cache from one KV entry and returns the agent it concerns.
@@ -374,7 +378,9 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 			// says how the agent went: a crash after a clean stop of an
 			// earlier instance is UNAVAILABLE, and a deregistration after
 			// the record expired (a slow stop) is STOPPED.
-			r.drop(agent, inst, e.Operation() == jetstream.KeyValueDelete)
+			if !r.drop(agent, inst, e.Operation() == jetstream.KeyValueDelete) {
+				return ""
+			}
 		}
 		return agent
 	default: // a mark

@@ -115,15 +115,16 @@ func TestRegistryRecord_ExpiredByItsOwnTTL(t *testing.T) {
 // The watch's sweep drops an expired record as the server's marker would
 // and names the agent, once; the marker arriving afterwards, or a late
 // deregistration, then finds the record gone and comes to the status it
-// would have anyway.
+// would have anyway, telling watchers only a change (STOPPED).
 func TestRegistryDropExpired_AsTheMarkerWould(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		later jetstream.KeyValueOp
-		want  AgentStatus
+		name   string
+		later  jetstream.KeyValueOp
+		want   AgentStatus
+		notify bool // whether the later event is news to watchers
 	}{
-		{"then the marker", jetstream.KeyValuePurge, StatusUnavailable},
-		{"then a slow deregistration", jetstream.KeyValueDelete, StatusStopped},
+		{"then the marker", jetstream.KeyValuePurge, StatusUnavailable, false},
+		{"then a slow deregistration", jetstream.KeyValueDelete, StatusStopped, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
@@ -145,7 +146,9 @@ func TestRegistryDropExpired_AsTheMarkerWould(t *testing.T) {
 			if rec, _ := r.Get("b"); rec.Status != StatusReady {
 				t.Fatalf("b %s, want READY", rec.Status)
 			}
-			r.apply(entry{key: "agent.a.i1", op: tc.later})
+			if agent := r.apply(entry{key: "agent.a.i1", op: tc.later}); (agent != "") != tc.notify {
+				t.Fatalf("the later %v named %q for watchers, want news %v", tc.later, agent, tc.notify)
+			}
 			if rec, _ := r.Get("a"); rec.Status != tc.want {
 				t.Fatalf("a %s, want %s", rec.Status, tc.want)
 			}
