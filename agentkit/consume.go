@@ -218,9 +218,10 @@ func (r *receiver) asyncError(err error) { r.opts.errorHandler(err) }
 // read pulls one priority's messages and hands them to the workers, which
 // decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
 // settled here instead, so a Request waiting in a handler never needs a free
-// worker to receive its response; so is every message without the mirrored
-// headers (see mirrored), whose task only its envelope names. When an iterator of src ends its
-// generation, read waits until out holds fewer messages than the handlers'
+// worker to receive its response. A message without the mirrored headers
+// (see mirrored) is decoded here, in stream order, because only its
+// envelope names its task. When an iterator of src ends its generation,
+// read waits until out holds fewer messages than the handlers'
 // pace calls for and opens the next generation for the difference (see
 // room): out has room for all of it, so every message passes straight
 // into the queue, where the scanner keeps it alive (see waiting), as it
