@@ -280,7 +280,7 @@ func ReplayMsg(scheme subjects.Scheme, l Letter) (*nats.Msg, error) {
 		}
 		out[k] = append([]string(nil), v...)
 	}
-	out.Set(wire.HeaderMsgID, fmt.Sprintf("%s:replay:%d", l.MessageID(), l.Seq))
+	out.Set(wire.HeaderMsgID, wire.ReplayID(l.MessageID(), l.Seq))
 	out.Set(HeaderReplayOf, strconv.FormatUint(l.Seq, 10))
 	return &nats.Msg{Subject: target, Header: out, Data: l.Data}, nil
 }

@@ -15,3 +15,25 @@ func TestHeaderMsgID_IsJetStreams(t *testing.T) {
 		t.Fatalf("HeaderMsgID = %q, want jetstream.MsgIDHeader %q", wire.HeaderMsgID, jetstream.MsgIDHeader)
 	}
 }
+
+func TestReplayOf(t *testing.T) {
+	t.Parallel()
+	id := "f9e48890-d98b-43d5-b104-67cb559cd814"
+	for _, c := range []struct {
+		msgID, want string
+		replay      bool
+	}{
+		{id, id, false},
+		{wire.ReplayID(id, 7), id, true},
+		{wire.ReplayID(wire.ReplayID(id, 7), 12), id, true},
+		{id + ":replay:", id + ":replay:", false},
+		{id + ":replay:7x", id + ":replay:7x", false},
+		{":replay:7", ":replay:7", false}, // names no message
+		{"a:replay:b:replay:3", "a:replay:b", true},
+	} {
+		got, replay := wire.ReplayOf(c.msgID)
+		if got != c.want || replay != c.replay {
+			t.Errorf("ReplayOf(%q) = %q, %v; want %q, %v", c.msgID, got, replay, c.want, c.replay)
+		}
+	}
+}
