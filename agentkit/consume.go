@@ -599,7 +599,7 @@ func (r *receiver) receive(d *delivery) bool {
 			return false
 		}
 		var reason string
-		env, reason, err = r.claim(ref, msg)
+		env, reason, err = r.claim(ref)
 		if err != nil { // the store is unreachable: try again later
 			err = fmt.Errorf("agentkit: fetch large envelope %s: %w", ref, err)
 			r.asyncError(err)

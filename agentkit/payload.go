@@ -87,11 +87,13 @@ func stub(e *wire.Envelope) *wire.Envelope {
 
 // checkRef returns why ref, a message's HeaderEnvelopeRef, cannot name its
 // large envelope, or "". The sender names the object after the message's
-// message_id, so a ref is exactly the Nats-Msg-Id header; anything else (a
-// ref long enough to make the object's subject exceed the server's control
-// line would have the server close the connection) is refused unread.
+// message_id, so a ref is exactly the Nats-Msg-Id header, or for a dead
+// letter's replay the message id its Nats-Msg-Id was made from
+// (wire.ReplayOf); anything else (a ref long enough to make the object's
+// subject exceed the server's control line would have the server close
+// the connection) is refused unread.
 func checkRef(ref, msgID string) string {
-	if ref != msgID {
+	if orig, _ := wire.ReplayOf(msgID); ref != msgID && ref != orig {
 		return fmt.Sprintf("%s %s is not the message's %s %s", wire.HeaderEnvelopeRef, bound.Quote(ref), wire.HeaderMsgID, bound.Quote(msgID))
 	}
 	if err := wire.ValidateMessageID(ref); err != nil {
@@ -106,7 +108,7 @@ func checkRef(ref, msgID string) string {
 // object the sender made wrong (missing, a link, bad metadata, a digest
 // that does not match, too large) never will be right. Links are refused
 // unread, as following one could leave the bucket or loop.
-func (r *receiver) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string, error) {
+func (r *receiver) claim(ref string) (*wire.Envelope, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.publishTimeout)
 	defer cancel()
 	store, err := r.objects.open(ctx)
@@ -148,8 +150,8 @@ func (r *receiver) claim(ref string, msg jetstream.Msg) (*wire.Envelope, string,
 	if err != nil {
 		return nil, err.Error(), nil
 	}
-	if id := msg.Headers().Get(wire.HeaderMsgID); env.MessageID != id {
-		return nil, fmt.Sprintf("large envelope %s has message_id %s, the message says %s", bound.Quote(ref), bound.Quote(env.MessageID), bound.Quote(id)), nil
+	if env.MessageID != ref { // checkRef tied ref to the message's Nats-Msg-Id
+		return nil, fmt.Sprintf("large envelope %s has message_id %s", bound.Quote(ref), bound.Quote(env.MessageID)), nil
 	}
 	return env, "", nil
 }
@@ -170,10 +172,11 @@ func objectFault(ref string, err error) string {
 
 // release deletes the offloaded envelope of a direct message once acked;
 // topic and broadcast copies are left to the bucket's TTL because other
-// subscribers may still need them.
+// subscribers may still need them, and so is the object of a replay,
+// which is the original message's (another replay may need it).
 func (r *receiver) release(d *delivery) {
 	ref := d.msg.Headers().Get(wire.HeaderEnvelopeRef)
-	if ref == "" || d.subject.Kind != "agent" {
+	if ref == "" || d.subject.Kind != "agent" || ref != d.msg.Headers().Get(wire.HeaderMsgID) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)

@@ -16,7 +16,9 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // Envelopes above the server's max payload (1 MiB by default) travel
@@ -148,5 +150,69 @@ func TestLargePayload_SmallServerMaxPayload(t *testing.T) {
 		}
 	case <-ctx(t).Done():
 		t.Fatal("the large envelope never arrived")
+	}
+}
+
+// A large envelope's dead letter, replayed, is handled with its full
+// envelope: the replay's Nats-Msg-Id is a replay id of the message id
+// that names the object, which stays for a later replay after the ack.
+func TestLargePayload_ReplayOfADeadLetter(t *testing.T) {
+	t.Parallel()
+	m := &mesh{t: t, s: natstest.RunServer(t, func(o *server.Options) { o.MaxPayload = 64 << 10 })}
+	adv := m.watchAdvisories()
+	got := make(chan *agentkit.Message, 2)
+	var calls atomic.Int32
+	analyst := m.started("analyst", map[string]agentkit.HandlerFunc{"analyze": func(_ context.Context, msg *agentkit.Message) error {
+		got <- msg
+		if calls.Add(1) == 1 {
+			return agentkit.Reject(wire.CodeRejected, "not today")
+		}
+		return nil
+	}})
+	orch := m.started("orch", nil)
+	raw := make([]byte, 100<<10)
+	rand.Read(raw)
+	payload, _ := json.Marshal(map[string]string{"blob": base64.StdEncoding.EncodeToString(raw)})
+	if _, err := orch.Send(ctx(t), "analyst", "analyze", json.RawMessage(payload)); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	js, _ := jetstream.New(m.conn())
+	stream, err := js.Stream(ctx(t), "MESH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := stream.GetMsg(ctx(t), first.StreamSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead letter as the monitor copies it: the stub and its headers.
+	letter := dlq.Letter{Seq: 7, Subject: "mesh.dlq.analyst.normal.orch", Header: orig.Header, Data: orig.Data}
+	letter.Header.Set(dlq.HeaderOriginalID, first.MessageID)
+	letter.Header.Set(dlq.HeaderSubject, orig.Subject)
+	replay, err := dlq.ReplayMsg(subjects.Default, letter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx(t), replay); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case msg := <-got:
+		if !bytes.Equal(msg.Payload, payload) {
+			t.Fatalf("the replay's handler saw %d payload bytes, not the %d sent", len(msg.Payload), len(payload))
+		}
+	case <-ctx(t).Done():
+		t.Fatalf("the replay never reached the handler: outcomes %v, TERMs %+v", analyst.Stats().Outcomes, adv.of(subjects.EventTerminated, 0))
+	}
+	obs, err := js.ObjectStore(ctx(t), "mesh_payloads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the replay acked", func() bool {
+		return analyst.Stats().Outcomes[agentkit.OutcomeAck] == 1
+	})
+	if _, err := obs.GetInfo(ctx(t), first.MessageID); err != nil {
+		t.Fatalf("the original's object after the replay's ack: %v", err)
 	}
 }
