@@ -168,7 +168,8 @@ async function receive(m: JsMsg, prio: Priority): Promise<void> {
   const ref = h?.get("Mesh-Envelope-Ref") ?? "";
   let env: Envelope;
   const invalid = (why: string) => settle(m, () => m.term(reason(`INVALID: ${why}`)));
-  const ack = () => settle(m, () => m.ack(), ref);
+  // A replay's object is the original message's: another replay may need it.
+  const ack = () => settle(m, () => m.ack(), ref === (h?.get("Nats-Msg-Id") ?? "") ? ref : "");
 
   if (m.data.length > MAX_ENVELOPE) return invalid(`envelope of ${m.data.length} bytes exceeds the ${MAX_ENVELOPE} byte limit`); // 4
   if (h?.has("Nats-Pin-Id")) return invalid("Nats-Pin-Id header on a mesh message"); // 5
@@ -307,7 +308,7 @@ async function send(e: Envelope): Promise<void> {
 // claim reads a large envelope from the object store (§7). It returns why
 // the message is invalid, or throws when the store cannot be reached.
 async function claim(ref: string, msgID: string): Promise<Envelope | string> {
-  if (ref !== msgID || !validMessageID(ref)) return `Mesh-Envelope-Ref ${JSON.stringify(ref)} is not the message's Nats-Msg-Id`;
+  if ((ref !== msgID && ref !== replayOf(msgID)) || !validMessageID(ref)) return `Mesh-Envelope-Ref ${JSON.stringify(ref)} is not the message's Nats-Msg-Id`;
   const store = await payloads();
   const info = await store.info(ref);
   if (info === null || info.deleted) return `large envelope ${JSON.stringify(ref)} is not in the payload store`;
@@ -323,8 +324,20 @@ async function claim(ref: string, msgID: string): Promise<Envelope | string> {
   if (data === null) return `large envelope ${JSON.stringify(ref)} is not in the payload store`;
   if (data.length > MAX_ENVELOPE) return `envelope of more than ${MAX_ENVELOPE} bytes exceeds the limit`;
   const env = decode(data);
-  if (env.message_id !== msgID) return `large envelope has message_id ${JSON.stringify(env.message_id)}, the message says ${JSON.stringify(msgID)}`;
+  if (env.message_id !== ref) return `large envelope ${JSON.stringify(ref)} has message_id ${JSON.stringify(env.message_id)}`;
   return env;
+}
+
+// replayOf is the message id a dead letter's replay id
+// ("<message_id>:replay:<seq>", perhaps replayed again) was made from, or
+// msgID itself when it is no replay id (§7).
+function replayOf(msgID: string): string {
+  let id = msgID;
+  for (;;) {
+    const m = /^(.+):replay:\d+$/.exec(id);
+    if (m === null) return id;
+    id = m[1];
+  }
 }
 
 function payloads(): Promise<ObjectStore> {
