@@ -710,8 +710,12 @@ func (r *receiver) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 	if !ok {
 		return true
 	}
-	if !r.handled.begin(d) {
+	switch r.handled.begin(d) {
+	case startRunning:
 		r.stats.add(OutcomeDuplicate) // the run in progress settles it, and reports it to the hooks
+		return true
+	case startDone: // finished while d was being received
+		r.settleAck(d, OutcomeDuplicate)
 		return true
 	}
 	defer r.handled.end(d.seq)

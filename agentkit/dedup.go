@@ -39,16 +39,29 @@ func (h *handledSet) init(window time.Duration) {
 	}
 }
 
-// begin marks d's message as being handled. It returns false when a
-// handler for it already runs on this instance: d is a redelivery that
-// overtook a slow handler (its InProgress came too late). Acks, NAKs and
-// InProgress act on the stream sequence, so the running handler's outcome
-// settles the message and a second run is not started; the running
-// delivery learns d's count, the attempt the server has reached, so it
-// knows whether it settles the last one.
-func (h *handledSet) begin(d *delivery) bool {
+// start is what begin found for a delivery.
+type start int
+
+const (
+	startRun     start = iota // no handler ran it: d's runs now
+	startRunning              // a handler for it runs on this instance now
+	startDone                 // a handler finished it (acked, terminated or rerouted)
+)
+
+// begin marks d's message as being handled and returns startRun, unless
+// a handler for it already runs on this instance (startRunning: d is a
+// redelivery that overtook a slow handler, whose InProgress came too
+// late) or finished it (startDone). Acks, NAKs and InProgress act on the
+// stream sequence, so the running handler's outcome settles the message
+// and a second run is not started; the running delivery learns d's count,
+// the attempt the server has reached, so it knows whether it settles the
+// last one. The finished set is checked here, under the same lock as the
+// running one, because settling adds a sequence before its run ends: a
+// redelivery checked against the set just before its first run finished
+// would otherwise find neither.
+func (h *handledSet) begin(d *delivery) start {
 	if h.window <= 0 || d.seq == 0 {
-		return true
+		return startRun
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -56,10 +69,13 @@ func (h *handledSet) begin(d *delivery) bool {
 		if d.delivery > run.redelivered.Load() {
 			run.redelivered.Store(d.delivery)
 		}
-		return false
+		return startRunning
+	}
+	if h.cur.Contains(d.seq) || h.old.Contains(d.seq) {
+		return startDone
 	}
 	h.running[d.seq] = d
-	return true
+	return startRun
 }
 
 // end unmarks seq once its handler has been settled.

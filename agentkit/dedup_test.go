@@ -37,21 +37,28 @@ func TestHandledSet(t *testing.T) {
 	}
 
 	first, redelivery := &delivery{seq: 5, delivery: 1}, &delivery{seq: 5, delivery: 2}
-	if !h.begin(first) || h.begin(redelivery) {
-		t.Error("begin(5) twice: want true, then false while it runs")
+	if got, again := h.begin(first), h.begin(redelivery); got != startRun || again != startRunning {
+		t.Errorf("begin(5) twice = %v, %v; want a run, then running", got, again)
 	}
 	if got := first.attempt(); got != 2 {
 		t.Errorf("running delivery's attempt = %d after a redelivery overtook it, want 2", got)
 	}
+	h.end(5) // NAKed: not added, so a redelivery runs again
+	if got := h.begin(&delivery{seq: 5, delivery: 3}); got != startRun {
+		t.Errorf("begin(5) after a run that ended unsettled = %v, want a run", got)
+	}
+	// Settled (added) and ended: a redelivery that passed seen before the
+	// run ended finds it done.
+	h.add(5)
 	h.end(5)
-	if !h.begin(&delivery{seq: 5, delivery: 3}) {
-		t.Error("begin(5) after end = false")
+	if got := h.begin(&delivery{seq: 5, delivery: 4}); got != startDone {
+		t.Errorf("begin(5) after its run settled = %v, want done", got)
 	}
 
 	var off handledSet
 	off.init(0)
 	off.add(7)
-	if off.seen(7) || !off.begin(&delivery{seq: 7}) || !off.begin(&delivery{seq: 7}) {
+	if off.seen(7) || off.begin(&delivery{seq: 7}) != startRun || off.begin(&delivery{seq: 7}) != startRun {
 		t.Error("a zero window must remember nothing")
 	}
 }
