@@ -6,9 +6,10 @@
 // AGENT_ID (default ts_agent), MESH_PREFIX (default mesh), HEARTBEAT_MS
 // (default 5000).
 //
-// It takes no action from broadcasts or topics, so it has no fan-out
-// consumers (PROTOCOL.md §3), and it sends no requests of its own, so
-// every reply it receives is a late one.
+// It takes conformance.echo notifications from broadcasts (its fan-out
+// consumers, PROTOCOL.md §3, subscribe to no topic) and ignores every
+// other broadcast; only direct messages are answered. It sends no
+// requests of its own, so every reply it receives is a late one.
 
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import {
@@ -72,6 +73,12 @@ const handlers: Record<string, Handler> = {
   },
 };
 
+// The actions it takes from broadcasts and topics (§3, §5 checks 2 and 14).
+const FANOUT_ACTIONS = new Set(["conformance.echo"]);
+
+// The fan-out classes (§3): the consumer's policy is its first priority's.
+const FANOUT_CLASSES: Record<string, Priority[]> = { urgent: ["critical", "high"], bulk: ["normal", "low", "batch"] };
+
 let nc: NatsConnection;
 let js: JetStreamClient;
 let registry: KV;
@@ -87,7 +94,10 @@ async function main(): Promise<void> {
   registry = await openRegistry();
   await announce("INITIALIZING");
   if (await registry.get(`health.${ID}`)) await registry.delete(`health.${ID}`); // clear a degraded mark at start (§8)
-  const readers = await Promise.all(PRIORITIES.map((p) => ensureConsumer(p)));
+  const readers = await Promise.all([
+    ...PRIORITIES.map((p) => ensureConsumer(p)),
+    ...Object.keys(FANOUT_CLASSES).map((c) => ensureFanout(c)),
+  ]);
   await announce("READY");
   const beat = setInterval(() => void heartbeat(), HEARTBEAT_MS);
 
@@ -139,6 +149,33 @@ async function ensureConsumer(p: Priority): Promise<{ messages: ConsumerMessages
     max_deliver: pol.maxDeliver, max_ack_pending: 1000, sample_freq: "100",
     description: `agentmesh agent ${ID}, ${p} priority`,
   });
+  return read(name, pol, false);
+}
+
+// ensureFanout creates the fan-out consumer of class (§3) unless it
+// exists: the server refuses to change an existing consumer's deliver
+// policy, and this agent's filters (broadcasts, no topic) never change.
+// It starts reading it.
+async function ensureFanout(cls: string): Promise<{ messages: ConsumerMessages; done: Promise<void> }> {
+  const prios = FANOUT_CLASSES[cls];
+  const pol = POLICIES[prios[0]];
+  const name = `${ID}_fanout-${cls}`;
+  const jsm = await jetstreamManager(nc);
+  const exists = await jsm.consumers.info(STREAM, name).then(() => true, () => false);
+  if (!exists) {
+    await jsm.consumers.add(STREAM, {
+      durable_name: name, filter_subjects: prios.map((p) => `${PREFIX}.broadcast.${p}.*`), deliver_policy: DeliverPolicy.New,
+      ack_policy: AckPolicy.Explicit, ack_wait: pol.backoffMs[0] * NS, backoff: pol.backoffMs.map((ms) => ms * NS),
+      max_deliver: pol.maxDeliver, max_ack_pending: 1000, sample_freq: "100",
+      description: `agentmesh agent ${ID}, ${cls} broadcasts and topics`,
+    });
+  }
+  return read(name, pol, true);
+}
+
+// read consumes the consumer name, whose policy is pol, one message at a
+// time: in delivery order, so per task too.
+async function read(name: string, pol: Policy, fanout: boolean): Promise<{ messages: ConsumerMessages; done: Promise<void> }> {
   const consumer = await js.consumers.get(STREAM, name);
   const expires = Math.min(10_000, Math.max(2_000, 2 * pol.backoffMs[0]));
   const messages = await consumer.consume({ max_messages: 8, expires });
@@ -146,7 +183,7 @@ async function ensureConsumer(p: Priority): Promise<{ messages: ConsumerMessages
     for await (const m of messages) {
       inFlight++;
       try {
-        await receive(m, p);
+        await receive(m, fanout);
       } catch (e) {
         console.error(`${ID}: ${name}: ${(e as Error).message}`);
         m.nak(pol.backoffMs[0]);
@@ -158,13 +195,23 @@ async function ensureConsumer(p: Priority): Promise<{ messages: ConsumerMessages
   return { messages, done };
 }
 
-// receive runs the checks of PROTOCOL.md §5, in order, and settles m.
-async function receive(m: JsMsg, prio: Priority): Promise<void> {
-  const pol = POLICIES[prio];
+// receive runs the checks of PROTOCOL.md §5, in order, and settles m,
+// which came from a fan-out consumer when fanout is set.
+async function receive(m: JsMsg, fanout: boolean): Promise<void> {
+  const tokens = m.subject.split(".");
+  const h = m.headers;
+  if (fanout) {
+    if (tokens[tokens.length - 1] === ID) return m.ack(); // 1: our own broadcast
+    const action = h?.get("Mesh-Action") ?? "";
+    if (action !== "" && !FANOUT_ACTIONS.has(action)) return m.ack(); // 2: not an action we take from fan-out
+  }
+  const direct = tokens[1] === "agent";
+  // Retries and the processing limit follow the message's own priority.
+  const prio = (direct ? tokens[3] : tokens[tokens.length - 2]) as Priority;
+  const pol = POLICIES[prio] ?? POLICIES.normal;
   const attempt = m.info.deliveryCount;
   pruneSettled();
   if (settled.has(m.seq)) return m.ack(); // 3: a redelivery of what this instance settled
-  const h = m.headers;
   const ref = h?.get("Mesh-Envelope-Ref") ?? "";
   let env: Envelope;
   const invalid = (why: string) => settle(m, () => m.term(reason(`INVALID: ${why}`)));
@@ -186,15 +233,23 @@ async function receive(m: JsMsg, prio: Priority): Promise<void> {
     m.nak(pol.backoffMs[Math.min(attempt - 1, pol.backoffMs.length - 1)]); // the payload store is unreachable
     return;
   }
-  const tokens = m.subject.split("."); // 8: <prefix>.agent.<receiver>.<priority>.<sender>
-  if (tokens.length !== 5 || tokens[0] !== PREFIX || tokens[1] !== "agent") return invalid(`subject ${m.subject} is not a direct mesh subject`);
-  const [, , receiver, subjPrio, sender] = tokens;
+  // 8: <prefix>.agent.<receiver>.<priority>.<sender>, <prefix>.broadcast.<priority>.<sender>
+  // or <prefix>.topic.<topic>.<priority>.<sender>, the kind its consumer reads.
+  const shape = tokens[0] === PREFIX && (direct ? !fanout && tokens.length === 5
+    : fanout && (tokens[1] === "broadcast" && tokens.length === 4 || tokens[1] === "topic" && tokens.length === 5));
+  if (!shape) return invalid(`subject ${m.subject} is not a mesh subject this consumer reads`);
+  const sender = tokens[tokens.length - 1];
   // 9: the body agrees with the subject.
   if (env.sender_id !== sender) return invalid(`sender_id ${JSON.stringify(env.sender_id)} does not match the subject's sender ${JSON.stringify(sender)}`);
-  if (env.priority !== subjPrio) return invalid(`priority ${JSON.stringify(env.priority)} does not match the subject's priority ${JSON.stringify(subjPrio)}`);
-  if (env.receiver_id !== receiver || receiver !== ID) return invalid(`receiver_id ${JSON.stringify(env.receiver_id ?? "")} is not this agent ${JSON.stringify(ID)}`);
+  if (env.priority !== prio) return invalid(`priority ${JSON.stringify(env.priority)} does not match the subject's priority ${JSON.stringify(prio)}`);
+  if (direct && (env.receiver_id !== tokens[2] || tokens[2] !== ID)) return invalid(`receiver_id ${JSON.stringify(env.receiver_id ?? "")} is not this agent ${JSON.stringify(ID)}`);
+  if (!direct && env.receiver_id !== undefined) return invalid(`a ${tokens[1]} message names receiver_id ${JSON.stringify(env.receiver_id)}`);
+  if (tokens[1] === "topic" && env.topic !== tokens[2]) return invalid(`topic ${JSON.stringify(env.topic ?? "")} does not match the subject's topic ${JSON.stringify(tokens[2])}`);
+  if (tokens[1] === "broadcast" && env.topic !== undefined) return invalid(`a broadcast names topic ${JSON.stringify(env.topic)}`);
   const taskHeader = h?.get("Mesh-Task-Id") ?? "";
   if (taskHeader !== "" && taskHeader !== (env.task_id ?? "")) return invalid(`task_id does not match the Mesh-Task-Id header`); // 10
+
+  if (!direct && env.sender_id === ID) return ack(); // 11: our own
 
   const started = Date.now();
   if (expired(env)) { // 12
@@ -205,10 +260,11 @@ async function receive(m: JsMsg, prio: Priority): Promise<void> {
   const isReply = env.in_reply_to !== undefined && ["response", "error", "ack"].includes(env.message_type);
   const handler = env.action !== undefined ? handlers[env.action] : undefined;
   if (isReply && handler === undefined) return ack(); // 13: a late reply
+  if (!direct && !FANOUT_ACTIONS.has(env.action ?? "")) return ack(); // 14: ignored
   if (handler === undefined) { // 15
     const err = failure("CAPABILITY_MISSING", `agent ${ID} has no handler for action ${JSON.stringify(env.action)}`);
     await settle(m, () => m.term(reason(`${err.code}: ${err.message}`)));
-    return answerFailure(env, err, started);
+    return answerFailure(env, err, started, direct);
   }
 
   // 16: run the handler, telling the server it is in progress, up to the priority's limit.
@@ -219,7 +275,7 @@ async function receive(m: JsMsg, prio: Priority): Promise<void> {
       timer = setTimeout(() => reject(new Retryable("TIMEOUT", `processing limit ${pol.limitMs}ms reached`)), pol.limitMs);
     });
     const out = await Promise.race([handler(env), limit]);
-    if (out !== undefined && env.message_type === "request") await send(newResponse(env, ID, env.action!, out.payload));
+    if (out !== undefined && env.message_type === "request" && direct) await send(newResponse(env, ID, env.action!, out.payload));
     await ack();
     if (env.requires_ack) await send(newAck(env, ID, undefined, Date.now() - started));
   } catch (e) {
@@ -227,12 +283,12 @@ async function receive(m: JsMsg, prio: Priority): Promise<void> {
     if (e instanceof Rejection) {
       const code = e.code in RETRYABLE ? e.code : "REJECTED"; // Reject with an unknown code (§5)
       await settle(m, () => m.term(reason(`${code}: ${message}`)));
-      return answerFailure(env, { code, message, retryable: false }, started);
+      return answerFailure(env, { code, message, retryable: false }, started, direct);
     }
     const code = e instanceof Retryable ? e.code : "INTERNAL";
     m.nak(pol.backoffMs[Math.min(attempt - 1, pol.backoffMs.length - 1)]);
     if (attempt >= pol.maxDeliver) { // the last attempt: the sender hears the failure
-      await answerFailure(env, { code, message: `giving up after ${attempt} attempts: ${message}`, retryable: true }, started);
+      await answerFailure(env, { code, message: `giving up after ${attempt} attempts: ${message}`, retryable: true }, started, direct);
     }
   } finally {
     clearInterval(keepalive);
@@ -261,10 +317,10 @@ function failure(code: string, message: string): WireError {
 // answerFailure tells the sender a message failed, if it expects an
 // answer: a direct request, or anything with requires_ack (§6). Replies
 // are never answered.
-async function answerFailure(env: Envelope, err: WireError, started: number): Promise<void> {
+async function answerFailure(env: Envelope, err: WireError, started: number, direct: boolean): Promise<void> {
   if (["response", "error", "ack"].includes(env.message_type)) return;
   if (env.requires_ack) return send(newAck(env, ID, err, Date.now() - started));
-  if (env.message_type === "request") return send(newErrorReply(env, ID, err));
+  if (env.message_type === "request" && direct) return send(newErrorReply(env, ID, err));
 }
 
 // reason bounds a TERM reason to 512 bytes (§5).
