@@ -144,8 +144,8 @@ func TestOutcome_ProcessingLimitThenMaxDeliveries(t *testing.T) {
 	m := newMesh(t)
 	adv := m.watchAdvisories()
 	// Margins of many scheduler delays on a loaded machine under -race: the
-	// keep-alive, every 750ms, must beat a 3s ack wait (it lost a 2s one
-	// when three suites ran at once, a case
+	// keep-alive, every 750ms, must beat a 3s ack wait (a 2s one can lose
+	// when several suites share the machine, a case
 	// TestOutcome_RedeliveryOvertakesRunningHandler covers), and the limit
 	// is two ack waits.
 	pol := fastPolicy(3*time.Second, 3*time.Second)
