@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/dlq"
 	"github.com/agentmesh-io/agentmesh/internal/bound"
@@ -558,7 +559,7 @@ func (f *followUps) markExhausted(ctx context.Context, tasks []*followUpTask) {
 			// Best effort: the store's mark is the monitor's record; a mesh
 			// without a registry has nobody to tell.
 			rctx, cancel := context.WithTimeout(ctx, copyTimeout)
-			if err := agentkit.MarkUnavailable(rctx, f.js, f.cfg.Scheme, agent, f.cfg.MonitorID, why[agent], f.cfg.UnavailableFor); err != nil {
+			if err := registry.MarkUnavailable(rctx, f.js, f.cfg.Scheme, agent, f.cfg.MonitorID, why[agent], f.cfg.UnavailableFor); err != nil {
 				f.cfg.Logger.Warn("registry unavailable mark failed", "agent", agent, "err", err)
 			}
 			cancel()

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/bound"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -48,9 +49,9 @@ type Agent struct {
 	watchDone chan struct{}
 	lost      atomic.Pointer[error]
 
-	instance string    // this instance's registry key suffix
-	registry *Registry // set by Start when registration is on: shared by the agents on nc
-	// releaseRegistry gives the registry back (see acquireRegistry).
+	instance string         // this instance's registry key suffix
+	registry *registry.View // set by Start when registration is on: shared by the agents on nc
+	// releaseRegistry gives the registry back (see [registry.Acquire]).
 	releaseRegistry func()
 	heartbeat       sync.WaitGroup
 	hbDone          chan struct{}
@@ -223,7 +224,7 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 	}
 	if a.opts.register {
-		reg, release, err := acquireRegistry(ctx, a.nc, a.js, a.opts.scheme, a.opts.replicas, a.opts.provision)
+		reg, release, err := registry.Acquire(ctx, a.nc, a.js, a.opts.scheme, a.opts.replicas, a.opts.provision)
 		if err != nil {
 			return err
 		}
@@ -672,7 +673,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	if a.registry != nil {
 		a.announceBestEffort(StatusStopped)
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
-		if err := a.registry.remove(ctx, a.id, a.instance); err != nil {
+		if err := a.registry.Deregister(ctx, a.id, a.instance); err != nil {
 			a.asyncError(err)
 		}
 		cancel()
@@ -742,7 +743,7 @@ func (a *Agent) ConsumerInfo(ctx context.Context, p wire.Priority) (*jetstream.C
 // Registry returns the registry view the agent keeps while started (nil
 // before Start or with registration off). The agents on one connection
 // share one view, so it is theirs to close: do not Close it.
-func (a *Agent) Registry() *Registry {
+func (a *Agent) Registry() *registry.View {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.registry
@@ -765,13 +766,13 @@ func (a *Agent) announce(ctx context.Context, status AgentStatus) error {
 	if status == StatusReady && inFlight >= a.opts.concurrency {
 		status = StatusBusy
 	}
-	rec := instanceRecord{
+	rec := registry.Instance{
 		ID: a.id, Instance: a.instance, Type: a.opts.agentType, Version: a.opts.version,
 		Capabilities: a.capabilities(), Director: a.opts.director, Status: status,
 		Load: float64(inFlight) / float64(slots), InFlight: inFlight, Concurrency: slots,
 		LastHeartbeat: time.Now().UTC(),
 	}
-	return a.registry.put(ctx, rec, 3*a.opts.heartbeat)
+	return a.registry.Register(ctx, rec, 3*a.opts.heartbeat)
 }
 
 func (a *Agent) announceBestEffort(status AgentStatus) {
@@ -785,7 +786,7 @@ func (a *Agent) announceBestEffort(status AgentStatus) {
 // heartbeatLoop renews the registry record every heartbeat interval (READY,
 // or BUSY when every worker is taken) and publishes a core NATS heartbeat
 // on mesh.hb.<agent> for anyone watching liveness without the registry. It
-// reports, once, a registry whose watch has ended by itself (Registry.Err).
+// reports, once, a registry whose watch has ended by itself ([registry.View.Err]).
 func (a *Agent) heartbeatLoop() {
 	t := time.NewTicker(a.opts.heartbeat)
 	defer t.Stop()

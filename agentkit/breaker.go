@@ -190,11 +190,11 @@ func (a *Agent) trackHealth(to string, err error) {
 	}
 	s := a.opts.breaker
 	switch {
-	case nack && (nacks == s.NackThreshold || nacks > s.NackThreshold && !degraded(reg, to)):
+	case nack && (nacks == s.NackThreshold || nacks > s.NackThreshold && !reg.Degraded(to)):
 		// Also again past the threshold: another sender's success may
 		// have cleared the mark since.
 		a.markHealth(reg, to, markDegraded, fmt.Sprintf("%d consecutive NACKs, last: %v", nacks, err))
-	case err == nil && (nacksBefore >= s.NackThreshold || degraded(reg, to)):
+	case err == nil && (nacksBefore >= s.NackThreshold || reg.Degraded(to)):
 		a.markHealth(reg, to, markDegraded, "") // any sender's success clears it
 	}
 	switch {
@@ -203,13 +203,6 @@ func (a *Agent) trackHealth(to string, err error) {
 	case !timeout && timeoutsBefore >= s.TimeoutThreshold:
 		a.markHealth(reg, to, markUnavailable, "")
 	}
-}
-
-// degraded reports whether the registry shows agent marked degraded.
-func degraded(reg *Registry, agent string) bool {
-	reg.mu.RLock()
-	defer reg.mu.RUnlock()
-	return reg.health[agent].Degraded
 }
 
 // consecutive advances a count of events in a row: up on hit, kept on

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -23,7 +24,7 @@ func TestRegistry_WatchAfterCloseIsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := agentkit.OpenRegistry(ctx(t), js, subjects.Default, 1, true)
+	reg, err := registry.Open(ctx(t), js, subjects.Default, 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}

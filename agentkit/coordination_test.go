@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/protocol"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/state"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
@@ -228,7 +229,7 @@ func TestTaskState_KeptAsTaskMessagesFlow(t *testing.T) {
 		t.Fatalf("task = %+v, events %v", task, events)
 	}
 	eventually(t, 5*time.Second, "discovery of executor_db", func() bool {
-		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "database", Status: agentkit.StatusReady})
+		got, _ := orch.Registry().Find(ctx(t), registry.Query{Capability: "database", Status: agentkit.StatusReady})
 		return len(got) == 1
 	})
 	if _, err := orch.Send(ctx(t), "router", protocol.ActionTaskAssign, protocol.TaskAssignment{TaskID: "t2", TaskType: "db_update"}, agentkit.WithTaskID("t2")); err != nil {

@@ -116,7 +116,7 @@
 // stop before it. The record states its TTL (ttl_seconds), so a reader
 // judges a record past it gone by itself, on a bucket that keeps no
 // markers too (`agentmesh migrate` adds them to an older bucket).
-// [Agent.Registry] answers [Registry.Find] from a watched local cache.
+// [Agent.Registry] answers [registry.View.Find] from a watched local cache.
 //
 // Request and SendAndWait go through a circuit breaker per destination
 // ([WithBreaker]): five consecutive timeouts open it and sends fail fast

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
@@ -49,7 +50,7 @@ func (a *Agent) pickFallback(ctx context.Context, capability string, exclude ...
 	if reg == nil {
 		return "", &NoFallbackError{Capability: capability, Cause: fmt.Errorf("%w: registration is off", ErrNotStarted)}
 	}
-	recs, err := reg.Find(ctx, Query{Capability: capability, Status: StatusReady})
+	recs, err := reg.Find(ctx, registry.Query{Capability: capability, Status: StatusReady})
 	if err != nil {
 		return "", err
 	}
@@ -146,7 +147,7 @@ const (
 
 // markHealth sets the mark m about agent with reason, or clears it when
 // reason is empty. A failure is reported through the async error handler.
-func (a *Agent) markHealth(reg *Registry, agent string, m healthMark, reason string) {
+func (a *Agent) markHealth(reg *registry.View, agent string, m healthMark, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var err error

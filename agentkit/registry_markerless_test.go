@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -110,11 +111,11 @@ func TestRegistry_MarkerlessCrashIsUnavailableToWatcher(t *testing.T) {
 	if rec, ok := reg.Get("victim"); !ok || rec.Status != agentkit.StatusUnavailable || rec.Instances != 0 {
 		t.Fatalf("watched cache: victim %+v (found %v), want UNAVAILABLE with no live instance", rec, ok)
 	}
-	got, err := reg.Find(ctx(t), agentkit.Query{Status: agentkit.StatusReady})
+	got, err := reg.Find(ctx(t), registry.Query{Status: agentkit.StatusReady})
 	if err != nil || len(got) != 1 || got[0].ID != "watcher" {
 		t.Fatalf("READY agents = %+v, %v; want only the watcher", got, err)
 	}
-	got, err = reg.Find(ctx(t), agentkit.Query{Status: agentkit.StatusUnavailable})
+	got, err = reg.Find(ctx(t), registry.Query{Status: agentkit.StatusUnavailable})
 	if err != nil || len(got) != 1 || got[0].ID != "victim" {
 		t.Fatalf("UNAVAILABLE agents = %+v, %v; want the victim", got, err)
 	}
@@ -132,7 +133,7 @@ func TestRegistry_MarkerlessCrashIsUnavailableToWatcher(t *testing.T) {
 	}
 	t.Logf("Watch told UNAVAILABLE %v after the crash (TTL 2s)", time.Since(crashed).Round(10*time.Millisecond))
 
-	loaded, err := agentkit.OpenRegistry(ctx(t), js, subjects.Default, 1, false)
+	loaded, err := registry.Open(ctx(t), js, subjects.Default, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 const testHeartbeat = 400 * time.Millisecond
 
-func findOne(t *testing.T, a *agentkit.Agent, id string) (agentkit.AgentRecord, bool) {
+func findOne(t *testing.T, a *agentkit.Agent, id string) (registry.Agent, bool) {
 	t.Helper()
 	rec, ok := a.Registry().Get(id)
 	return rec, ok
@@ -47,11 +48,11 @@ func TestRegistry_LifecycleAndDiscovery(t *testing.T) {
 		len(rec.Capabilities) != 1 || rec.Capabilities[0].Name != "planner" || len(rec.Capabilities[0].Actions) != 2 {
 		t.Fatalf("planner record = %+v", rec)
 	}
-	got, err := reg.Find(ctx(t), agentkit.Query{Capability: "database", Status: agentkit.StatusReady})
+	got, err := reg.Find(ctx(t), registry.Query{Capability: "database", Status: agentkit.StatusReady})
 	if err != nil || len(got) != 1 || got[0].ID != "executor_1" {
 		t.Fatalf("Find(database) = %+v, %v", got, err)
 	}
-	if got, _ := reg.Find(ctx(t), agentkit.Query{Type: "planner"}); len(got) != 1 || got[0].ID != "planner_1" {
+	if got, _ := reg.Find(ctx(t), registry.Query{Type: "planner"}); len(got) != 1 || got[0].ID != "planner_1" {
 		t.Fatalf("Find(type planner) = %+v", got)
 	}
 
@@ -120,7 +121,7 @@ func TestRegistry_CrashedAgentBecomesUnavailable(t *testing.T) {
 		return rec.Status == agentkit.StatusUnavailable
 	})
 	t.Logf("UNAVAILABLE %v after the crash (3 heartbeats = %v)", time.Since(crashed).Round(10*time.Millisecond), 3*testHeartbeat)
-	if got, _ := reg.Find(ctx(t), agentkit.Query{Status: agentkit.StatusReady}); len(got) != 1 || got[0].ID != "watcher" {
+	if got, _ := reg.Find(ctx(t), registry.Query{Status: agentkit.StatusReady}); len(got) != 1 || got[0].ID != "watcher" {
 		t.Fatalf("READY agents = %+v", got)
 	}
 	victim.Stop()
@@ -400,7 +401,7 @@ func TestBreaker_ThreeTimeoutsMarkUnavailable(t *testing.T) {
 	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
 	reg := orch.Registry()
 	ready := func() bool {
-		recs, err := reg.Find(ctx(t), agentkit.Query{Capability: "work", Status: agentkit.StatusReady})
+		recs, err := reg.Find(ctx(t), registry.Query{Capability: "work", Status: agentkit.StatusReady})
 		return err == nil && len(recs) == 1
 	}
 	eventually(t, 5*time.Second, "mute registered READY", ready)
@@ -452,7 +453,7 @@ func TestReroute_HandedOffTaskCompletes(t *testing.T) {
 	}}, agentkit.WithCapabilities(agentkit.Capability{Name: "translation", Actions: []string{"translate"}}), agentkit.WithHeartbeat(testHeartbeat))
 	orch := m.started("orch", nil, agentkit.WithHeartbeat(testHeartbeat))
 	eventually(t, 5*time.Second, "translator discoverable", func() bool {
-		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "translation", Status: agentkit.StatusReady})
+		got, _ := orch.Registry().Find(ctx(t), registry.Query{Capability: "translation", Status: agentkit.StatusReady})
 		return len(got) == 1
 	})
 	reply, err := orch.Request(ctx(t), "generalist", "translate", map[string]string{"text": "hello"}, agentkit.WithCorrelationID("corr_tr"), agentkit.WithTaskID("t_tr"))
@@ -499,7 +500,7 @@ func TestReroute_RepeatedRerouteForwardsOnce(t *testing.T) {
 	translator := m.started("translator", map[string]agentkit.HandlerFunc{"translate": rec.handle(nil)},
 		agentkit.WithCapabilities(agentkit.Capability{Name: "translation", Actions: []string{"translate"}}), agentkit.WithHeartbeat(testHeartbeat))
 	eventually(t, 5*time.Second, "translator discoverable", func() bool {
-		got, _ := generalist.Registry().Find(ctx(t), agentkit.Query{Capability: "translation", Status: agentkit.StatusReady})
+		got, _ := generalist.Registry().Find(ctx(t), registry.Query{Capability: "translation", Status: agentkit.StatusReady})
 		return len(got) == 1
 	})
 	e := wire.NewEnvelope(wire.TypeRequest, "orch", "translate")
@@ -542,7 +543,7 @@ func TestFallback_OpenCircuitRoutesToPeer(t *testing.T) {
 		t.Fatalf("err %v, circuit %s", err, orch.BreakerState("planner_1"))
 	}
 	eventually(t, 5*time.Second, "planner_2 discoverable", func() bool {
-		got, _ := orch.Registry().Find(ctx(t), agentkit.Query{Capability: "planning"})
+		got, _ := orch.Registry().Find(ctx(t), registry.Query{Capability: "planning"})
 		return len(got) == 1
 	})
 	reply, err := orch.Request(ctx(t), "planner_1", "plan", nil, agentkit.WithFallback("planning"))
@@ -600,7 +601,7 @@ func TestRegistry_CrashAfterCleanStopIsUnavailableOnLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := agentkit.OpenRegistry(ctx(t), js, subjects.Default, 1, false)
+	loaded, err := registry.Open(ctx(t), js, subjects.Default, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +609,7 @@ func TestRegistry_CrashAfterCleanStopIsUnavailableOnLoad(t *testing.T) {
 	if rec, ok := loaded.Get("victim"); !ok || rec.Status != agentkit.StatusUnavailable {
 		t.Fatalf("loaded registry: victim %s (found %v), want UNAVAILABLE", rec.Status, ok)
 	}
-	got, err := loaded.Find(ctx(t), agentkit.Query{Status: agentkit.StatusUnavailable})
+	got, err := loaded.Find(ctx(t), registry.Query{Status: agentkit.StatusUnavailable})
 	if err != nil || len(got) != 1 || got[0].ID != "victim" {
 		t.Fatalf("Find(UNAVAILABLE) = %+v, %v", got, err)
 	}

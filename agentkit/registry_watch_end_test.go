@@ -13,14 +13,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // A registry watch that ends before its initial load (here: the load is
-// stalled on flow control, then the connection closes) makes OpenRegistry
+// stalled on flow control, then the connection closes) makes registry.Open
 // return an error at once, even with a context that never ends.
-func TestOpenRegistry_WatchEndsBeforeLoad(t *testing.T) {
+func TestRegistryOpen_WatchEndsBeforeLoad(t *testing.T) {
 	t.Parallel()
 	// "slow" may not answer the server's flow control: a watch delivers
 	// the first 2 MB of the bucket and then stalls, so its initial load
@@ -37,7 +38,7 @@ func TestOpenRegistry_WatchEndsBeforeLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := agentkit.OpenRegistry(ctx(t), js, subjects.Default, 1, true)
+	reg, err := registry.Open(ctx(t), js, subjects.Default, 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,12 +60,12 @@ func TestOpenRegistry_WatchEndsBeforeLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		reg *agentkit.Registry
+		reg *registry.View
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		reg, err := agentkit.OpenRegistry(context.Background(), slow, subjects.Default, 1, false)
+		reg, err := registry.Open(context.Background(), slow, subjects.Default, 1, false)
 		done <- result{reg, err}
 	}()
 	// Close the connection once the watch is stalled: the first 2 MB of
@@ -75,13 +76,13 @@ func TestOpenRegistry_WatchEndsBeforeLoad(t *testing.T) {
 	case r := <-done:
 		if r.err == nil {
 			r.reg.Close()
-			t.Fatal("OpenRegistry succeeded though its initial load could not complete")
+			t.Fatal("registry.Open succeeded though its initial load could not complete")
 		}
-		if !errors.Is(r.err, agentkit.ErrWatchEnded) {
-			t.Fatalf("OpenRegistry: %v, want ErrWatchEnded", r.err)
+		if !errors.Is(r.err, registry.ErrWatchEnded) {
+			t.Fatalf("registry.Open: %v, want ErrWatchEnded", r.err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("OpenRegistry still waiting 10s after its watch ended")
+		t.Fatal("registry.Open still waiting 10s after its watch ended")
 	}
 }
 
@@ -90,12 +91,12 @@ func TestOpenRegistry_WatchEndsBeforeLoad(t *testing.T) {
 func TestRegistry_ErrAfterWatchEnds(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
-	open := func(nc *nats.Conn) *agentkit.Registry {
+	open := func(nc *nats.Conn) *registry.View {
 		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reg, err := agentkit.OpenRegistry(ctx(t), js, subjects.Default, 1, true)
+		reg, err := registry.Open(ctx(t), js, subjects.Default, 1, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +110,7 @@ func TestRegistry_ErrAfterWatchEnds(t *testing.T) {
 	lost, closed := open(nc), open(m.conn())
 	nc.Close()
 	eventually(t, 10*time.Second, "Err after the connection closed", func() bool {
-		return errors.Is(lost.Err(), agentkit.ErrWatchEnded)
+		return errors.Is(lost.Err(), registry.ErrWatchEnded)
 	})
 	if _, ok := <-lost.Watch(context.Background()); ok {
 		t.Fatal("Watch of an ended registry delivered an event")
@@ -129,7 +130,7 @@ func TestAgent_ReportsRegistryWatchEnd(t *testing.T) {
 	m := newMesh(t)
 	errs := make(chan error, 16)
 	m.started("watcher", nil, agentkit.WithHeartbeat(testHeartbeat), agentkit.WithErrorHandler(func(err error) {
-		if errors.Is(err, agentkit.ErrWatchEnded) {
+		if errors.Is(err, registry.ErrWatchEnded) {
 			errs <- err
 		}
 	}))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -63,7 +64,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, scheme subjects.Sche
 		}
 	}
 	if opts.Registry {
-		reg, err := agentkit.OpenRegistry(ctx, js, scheme, replicas, true)
+		reg, err := registry.Open(ctx, js, scheme, replicas, true)
 		if err != nil {
 			return fmt.Errorf("auth: provision: %w", err)
 		}

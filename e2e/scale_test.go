@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -72,7 +73,7 @@ func TestScale_AgentsOverRuntimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := agentkit.OpenRegistry(ctx, js, subjects.Default, 1, false)
+	reg, err := registry.Open(ctx, js, subjects.Default, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func forAll(t *testing.T, agents []*agentkit.Agent, parallel int, f func(*agentk
 
 // waitRegistry waits until the registry shows every agent in ids with
 // status.
-func waitRegistry(t *testing.T, reg *agentkit.Registry, ids []string, status agentkit.AgentStatus) {
+func waitRegistry(t *testing.T, reg *registry.View, ids []string, status agentkit.AgentStatus) {
 	t.Helper()
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		wrong := 0

@@ -1,10 +1,14 @@
-// Package registry is the record format of the mesh's agent registry (KV
-// bucket [subjects.Scheme.RegistryBucket]) and its read side: what each
-// agent instance writes under "agent.<agent>.<instance>" with its
-// heartbeat, and lookups of those records. The records are JSON that
-// agents in other languages read too: field names do not change. It does
-// not depend on the agent runtime, so services such as the ack monitor
-// read the registry without it.
+// Package registry is the mesh's agent registry (KV bucket
+// [subjects.Scheme.RegistryBucket]): the record each agent instance writes
+// under "agent.<agent>.<instance>" with its heartbeat ([View.Register]),
+// the marks senders and the ack monitor leave on an agent
+// ([View.MarkDegraded], [MarkUnavailable]), one-off lookups of those
+// records ([Instances], [Director]), and [View], a watched local cache of
+// the whole bucket that merges each agent's instances ([Open], shared per
+// connection by [Acquire]). The records are JSON that agents in other
+// languages read too: field names do not change. It does not depend on
+// the agent runtime, so services such as the ack monitor and the CLI read
+// the registry without it.
 package registry
 
 import (

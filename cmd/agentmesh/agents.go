@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -25,7 +25,7 @@ func (a *app) agentsCmd() *cobra.Command {
 		Long: `agents prints the agent registry: one row per agent with its id, type,
 status, capabilities and last heartbeat. It reads KV bucket mesh_registry,
 where every agentkit agent instance keeps the key agent.<id>.<instance>
-renewed by its heartbeats (agentkit.Registry); instances of one agent are
+renewed by its heartbeats (registry.View); instances of one agent are
 merged into one row. An agent whose heartbeats stopped shows UNAVAILABLE:
 the server leaves a marker when its key expires, kept for a week. A registry
 bucket created by an older version may keep no markers: then an agent whose
@@ -51,7 +51,7 @@ Without the bucket (no agent has registered yet) it says so and exits 0.` + exit
 
 func (a *app) listAgents(ctx context.Context, js jetstream.JetStream, asJSON bool) error {
 	bucket := a.scheme().RegistryBucket()
-	reg, err := agentkit.OpenRegistry(ctx, js, a.scheme(), a.cfg.Mesh.Replicas, false)
+	reg, err := registry.Open(ctx, js, a.scheme(), a.cfg.Mesh.Replicas, false)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		fmt.Fprintf(a.stdout, "no registry (KV bucket %s does not exist: no agent has registered)\n", bucket)
 		return nil
@@ -61,11 +61,11 @@ func (a *app) listAgents(ctx context.Context, js jetstream.JetStream, asJSON boo
 	}
 	defer reg.Close()
 	a.warnMarkerless(ctx, js, bucket)
-	recs, err := reg.Find(ctx, agentkit.Query{})
+	recs, err := reg.Find(ctx, registry.Query{})
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(recs, func(x, y agentkit.AgentRecord) int { return strings.Compare(x.ID, y.ID) })
+	slices.SortFunc(recs, func(x, y registry.Agent) int { return strings.Compare(x.ID, y.ID) })
 	if asJSON {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
@@ -185,10 +186,10 @@ func (m *migrator) registry(ctx context.Context) error {
 		m.did("allow per-key TTLs in registry bucket %s (allow_msg_ttl), without which agents cannot register", bucket)
 		cfg.AllowMsgTTL, changed = true, true
 	}
-	if cfg.SubjectDeleteMarkerTTL < agentkit.RegistryMarkerTTL {
+	if cfg.SubjectDeleteMarkerTTL < registry.MarkerTTL {
 		m.did("keep the markers of expired keys in registry bucket %s for %v (subject_delete_marker_ttl, was %v), so an instance whose heartbeats stopped reads UNAVAILABLE",
-			bucket, agentkit.RegistryMarkerTTL, cfg.SubjectDeleteMarkerTTL)
-		cfg.SubjectDeleteMarkerTTL, changed = agentkit.RegistryMarkerTTL, true
+			bucket, registry.MarkerTTL, cfg.SubjectDeleteMarkerTTL)
+		cfg.SubjectDeleteMarkerTTL, changed = registry.MarkerTTL, true
 	}
 	if !changed {
 		fmt.Fprintf(m.out, "registry bucket %s: current\n", bucket)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -99,8 +100,8 @@ func TestMigrate_RegistryMarkers(t *testing.T) {
 			t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
 		}
 	})
-	if st, _ := kv.Status(ctx); st.LimitMarkerTTL() != agentkit.RegistryMarkerTTL {
-		t.Fatalf("after migrate the bucket keeps markers %v, want %v", st.LimitMarkerTTL(), agentkit.RegistryMarkerTTL)
+	if st, _ := kv.Status(ctx); st.LimitMarkerTTL() != registry.MarkerTTL {
+		t.Fatalf("after migrate the bucket keeps markers %v, want %v", st.LimitMarkerTTL(), registry.MarkerTTL)
 	}
 	code, out, errOut = cli(t, "agents")
 	if code != exitOK || !strings.Contains(out, "victim") || !strings.Contains(out, "UNAVAILABLE") || errOut != "" {

@@ -1,4 +1,4 @@
-package agentkit
+package registry
 
 import (
 	"testing"
@@ -25,7 +25,7 @@ func (e entry) Created() time.Time              { return e.at }
 // deregisters (the delete) stopped cleanly: STOPPED, not UNAVAILABLE. With
 // a history of one, the watch can miss the STOPPED record in between.
 func TestRegistryApply_DeleteAfterPurgeIsStopped(t *testing.T) {
-	r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
+	r := &View{instances: map[string]map[string]instanceEntry{}, gone: map[string]Status{},
 		health: map[string]health{}, silent: map[string]health{}}
 	key := "agent.slow.i1"
 	r.apply(entry{key: key, value: []byte(`{"id":"slow","instance":"i1","status":"STOPPING"}`), op: jetstream.KeyValuePut})
@@ -47,13 +47,13 @@ func TestRegistryApply_NewestInstanceToGoWins(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		first, second jetstream.KeyValueOp
-		want          AgentStatus
+		want          Status
 	}{
 		{"crash after clean stop", jetstream.KeyValueDelete, jetstream.KeyValuePurge, StatusUnavailable},
 		{"clean stop after crash", jetstream.KeyValuePurge, jetstream.KeyValueDelete, StatusStopped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
+			r := &View{instances: map[string]map[string]instanceEntry{}, gone: map[string]Status{},
 				health: map[string]health{}, silent: map[string]health{}}
 			r.apply(entry{key: "agent.restarted.i1", op: tc.first})
 			r.apply(entry{key: "agent.restarted.i2", op: tc.second})
@@ -71,7 +71,7 @@ func TestRegistryApply_NewestInstanceToGoWins(t *testing.T) {
 func TestRegistryRecord_ExpiredByItsOwnTTL(t *testing.T) {
 	now := time.Now()
 	old, fresh := now.Add(-time.Minute), now.Add(-time.Second)
-	put := func(r *Registry, key, status string, ttl bool, at time.Time) {
+	put := func(r *View, key, status string, ttl bool, at time.Time) {
 		v := `{"id":"a","instance":"i","status":"` + status + `"`
 		if ttl {
 			v += `,"ttl_seconds":15`
@@ -80,25 +80,25 @@ func TestRegistryRecord_ExpiredByItsOwnTTL(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name      string
-		setup     func(r *Registry)
-		want      AgentStatus
+		setup     func(r *View)
+		want      Status
 		instances int
 	}{
-		{"expired", func(r *Registry) { put(r, "agent.a.i1", "READY", true, old) }, StatusUnavailable, 0},
-		{"expired after saying STOPPED", func(r *Registry) { put(r, "agent.a.i1", "STOPPED", true, old) }, StatusStopped, 0},
-		{"newest expired said STOPPED", func(r *Registry) {
+		{"expired", func(r *View) { put(r, "agent.a.i1", "READY", true, old) }, StatusUnavailable, 0},
+		{"expired after saying STOPPED", func(r *View) { put(r, "agent.a.i1", "STOPPED", true, old) }, StatusStopped, 0},
+		{"newest expired said STOPPED", func(r *View) {
 			put(r, "agent.a.i1", "READY", true, old.Add(-time.Minute))
 			put(r, "agent.a.i2", "STOPPED", true, old)
 		}, StatusStopped, 0},
-		{"fresh", func(r *Registry) { put(r, "agent.a.i1", "READY", true, fresh) }, StatusReady, 1},
-		{"expired beside a live one", func(r *Registry) {
+		{"fresh", func(r *View) { put(r, "agent.a.i1", "READY", true, fresh) }, StatusReady, 1},
+		{"expired beside a live one", func(r *View) {
 			put(r, "agent.a.i1", "READY", true, old)
 			put(r, "agent.a.i2", "BUSY", true, fresh)
 		}, StatusBusy, 1},
-		{"no TTL stated", func(r *Registry) { put(r, "agent.a.i1", "READY", false, old) }, StatusReady, 1},
+		{"no TTL stated", func(r *View) { put(r, "agent.a.i1", "READY", false, old) }, StatusReady, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
+			r := &View{instances: map[string]map[string]instanceEntry{}, gone: map[string]Status{},
 				health: map[string]health{}, silent: map[string]health{}}
 			tc.setup(r)
 			rec, ok := r.Get("a")
@@ -120,14 +120,14 @@ func TestRegistryDropExpired_AsTheMarkerWould(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		later  jetstream.KeyValueOp
-		want   AgentStatus
+		want   Status
 		notify bool // whether the later event is news to watchers
 	}{
 		{"then the marker", jetstream.KeyValuePurge, StatusUnavailable, false},
 		{"then a slow deregistration", jetstream.KeyValueDelete, StatusStopped, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Registry{instances: map[string]map[string]instanceEntry{}, gone: map[string]AgentStatus{},
+			r := &View{instances: map[string]map[string]instanceEntry{}, gone: map[string]Status{},
 				health: map[string]health{}, silent: map[string]health{}}
 			now := time.Now()
 			r.apply(entry{key: "agent.a.i1", value: []byte(`{"id":"a","instance":"i1","status":"READY","ttl_seconds":2}`),

@@ -1,4 +1,4 @@
-package agentkit
+package registry
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestRegistry_CloseReleasesLaggingWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for try := range 5 {
-		r, err := OpenRegistry(ctx, js, subjects.Default, 1, true)
+		r, err := Open(ctx, js, subjects.Default, 1, true)
 		if err != nil {
 			t.Fatal(err)
 		}

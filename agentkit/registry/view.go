@@ -1,10 +1,9 @@
-package agentkit
+package registry
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
-
 	"errors"
 	"fmt"
 	"slices"
@@ -16,35 +15,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
-	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// AgentStatus is an agent's lifecycle state in the registry; see
-// [registry.Status].
-type AgentStatus = registry.Status
-
-// The lifecycle states, those of package registry.
-const (
-	StatusInitializing = registry.StatusInitializing
-	StatusReady        = registry.StatusReady
-	StatusBusy         = registry.StatusBusy
-	StatusStopping     = registry.StatusStopping
-	StatusStopped      = registry.StatusStopped
-	StatusUnavailable  = registry.StatusUnavailable
-)
-
-// Capability is something an agent can do; see [registry.Capability].
-type Capability = registry.Capability
-
-// AgentRecord is an agent as the registry sees it: its instances merged.
-type AgentRecord struct {
+// Agent is an agent as the registry sees it: its instances merged.
+type Agent struct {
 	ID            string       `json:"id"`
 	Type          string       `json:"type,omitempty"`
 	Version       string       `json:"version,omitempty"`
 	Capabilities  []Capability `json:"capabilities,omitempty"`
 	Director      string       `json:"director,omitempty"`
-	Status        AgentStatus  `json:"status"`
+	Status        Status       `json:"status"`
 	Instances     int          `json:"instances"`      // instances alive (not stopped, not unavailable)
 	Load          float64      `json:"load"`           // mean handler occupancy of live instances, 0..1
 	LastHeartbeat time.Time    `json:"last_heartbeat"` // the latest of any instance
@@ -59,17 +40,14 @@ type AgentRecord struct {
 }
 
 // HasCapability reports whether the agent declares capability name.
-func (r AgentRecord) HasCapability(name string) bool {
+func (r Agent) HasCapability(name string) bool {
 	return slices.ContainsFunc(r.Capabilities, func(c Capability) bool { return c.Name == name })
 }
-
-// instanceRecord is one instance's registry entry, renewed by its heartbeat.
-type instanceRecord = registry.Instance
 
 // instanceEntry is an instance's record in the cache and when it was put
 // (the KV entry's Created time), from which the view judges it stale.
 type instanceEntry struct {
-	rec instanceRecord
+	rec Instance
 	put time.Time
 }
 
@@ -86,20 +64,20 @@ type health struct {
 	At       time.Time `json:"at"`
 }
 
-// Query selects agents in [Registry.Find]; empty fields match anything.
+// Query selects agents in [View.Find]; empty fields match anything.
 type Query struct {
 	Capability string
-	Status     AgentStatus
+	Status     Status
 	Type       string
 }
 
-// RegistryEvent is a change seen by [Registry.Watch].
-type RegistryEvent struct {
-	Agent AgentRecord
+// Event is a change seen by [View.Watch].
+type Event struct {
+	Agent Agent
 }
 
-// Registry is a live view of the agents of a mesh, kept in KV bucket
-// "mesh_registry" and cached locally by a watch, so [Registry.Find] answers
+// View is a live view of the agents of a mesh, kept in KV bucket
+// "mesh_registry" and cached locally by a watch, so [View.Find] answers
 // without a round trip. Each agent instance owns the key
 // "agent.<id>.<instance>", written with a per-key TTL of three heartbeat
 // intervals: an instance that dies stops renewing it and the key expires
@@ -113,17 +91,17 @@ type RegistryEvent struct {
 // writer; `agentmesh migrate` adds them), where an expired key vanishes
 // without a word. There a registry that loads the bucket after the key
 // vanished, such as the CLI's, cannot tell the instance ever ran.
-type Registry struct {
+type View struct {
 	kv     jetstream.KeyValue
 	js     jetstream.JetStream
 	bucket string
 
 	mu        sync.RWMutex
 	instances map[string]map[string]instanceEntry // agent → instance → record
-	gone      map[string]AgentStatus              // agent → how its newest instance to go went, when none is left
+	gone      map[string]Status                   // agent → how its newest instance to go went, when none is left
 	health    map[string]health                   // degraded marks
 	silent    map[string]health                   // unavailable marks
-	watchers  []chan RegistryEvent
+	watchers  []chan Event
 	err       error         // why the watch ended by itself (nil: still watching, or Close)
 	ready     chan struct{} // closed when the initial load is done
 	ended     chan struct{} // closed, under mu, when the watch has ended: Watch channels start closed
@@ -133,14 +111,14 @@ type Registry struct {
 }
 
 // ErrWatchEnded: the registry's watch of its bucket ended without
-// [Registry.Close] (its connection closed, or the server ended it), so its
-// cache no longer follows the bucket; see [Registry.Err].
-var ErrWatchEnded = errors.New("agentkit: registry watch ended")
+// [View.Close] (its connection closed, or the server ended it), so its
+// cache no longer follows the bucket; see [View.Err].
+var ErrWatchEnded = errors.New("registry: watch ended")
 
-// registryTTLFloor is the smallest per-key TTL the server accepts.
-const registryTTLFloor = time.Second
+// ErrInvalidID: an agent or instance id is not a valid subject token.
+var ErrInvalidID = errors.New("registry: invalid id")
 
-// RegistryMarkerTTL is how long the marker the server leaves when an
+// MarkerTTL is how long the marker the server leaves when an
 // instance's key expires (its heartbeats stopped) stays in the bucket.
 // Only while it does can a registry that loads the bucket, such as the
 // CLI's, tell that instance crashed: without it the agent reads as its
@@ -148,23 +126,23 @@ const registryTTLFloor = time.Second
 // clean stop's delete marker stays for good; a week of crash markers is
 // as long as the message stream keeps messages. With a history of one the
 // server does not stretch the keys' own TTLs to it.
-const RegistryMarkerTTL = 7 * 24 * time.Hour
+const MarkerTTL = 7 * 24 * time.Hour
 
-// OpenRegistry binds to (creating it when create is true) the registry
+// Open binds to (creating it when create is true) the registry
 // bucket of scheme and starts watching it. It returns once the cache holds
 // the bucket's current contents, or with an error matching [ErrWatchEnded]
 // if the watch ends before that. Close stops the watch.
-func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, create bool) (*Registry, error) {
+func Open(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, replicas int, create bool) (*View, error) {
 	name := scheme.RegistryBucket()
 	kv, err := bucket.KeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:         name,
 		Description:    "agentmesh agent registry",
 		History:        1,
 		Replicas:       replicas,
-		LimitMarkerTTL: RegistryMarkerTTL,
+		LimitMarkerTTL: MarkerTTL,
 	}, create)
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: registry: %w", err)
+		return nil, fmt.Errorf("registry: open: %w", err)
 	}
 	// The watch lives until Close, not until ctx ends: nats.go ends a
 	// watch with its context, and the cache would freeze without a word.
@@ -172,10 +150,10 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 	w, err := kv.WatchAll(wctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("agentkit: watch registry: %w", err)
+		return nil, fmt.Errorf("registry: watch: %w", err)
 	}
-	r := &Registry{kv: kv, js: js, bucket: name, instances: map[string]map[string]instanceEntry{},
-		gone: map[string]AgentStatus{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
+	r := &View{kv: kv, js: js, bucket: name, instances: map[string]map[string]instanceEntry{},
+		gone: map[string]Status{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
 	r.wg.Go(func() { r.watch(wctx, w) })
 	select {
 	case <-r.ready:
@@ -183,21 +161,21 @@ func OpenRegistry(ctx context.Context, js jetstream.JetStream, scheme subjects.S
 	case <-r.ended:
 		err := r.Err()
 		r.Close()
-		return nil, fmt.Errorf("agentkit: registry initial load: %w", err)
+		return nil, fmt.Errorf("registry: initial load: %w", err)
 	case <-ctx.Done():
 		r.Close()
-		return nil, fmt.Errorf("agentkit: registry initial load: %w", ctx.Err())
+		return nil, fmt.Errorf("registry: initial load: %w", ctx.Err())
 	}
 }
 
 // Close stops the watch and ends every Watch channel.
-func (r *Registry) Close() {
+func (r *View) Close() {
 	r.cancel()
 	r.wg.Wait()
 }
 
 // watchEnded reports whether the watch has ended; call it with r.mu held.
-func (r *Registry) watchEnded() bool {
+func (r *View) watchEnded() bool {
 	select {
 	case <-r.ended:
 		return true
@@ -211,13 +189,13 @@ func (r *Registry) watchEnded() bool {
 // ended it) it returns an error matching [ErrWatchEnded]: Get and Find go
 // on answering from a cache that no longer changes, and Watch channels are
 // closed.
-func (r *Registry) Err() error {
+func (r *View) Err() error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.err
 }
 
-func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
+func (r *View) watch(ctx context.Context, w jetstream.KeyWatcher) {
 	defer func() {
 		// The watcher's callback blocks on a full Updates channel while it
 		// holds the lock the close handler needs: drain until it closes.
@@ -236,7 +214,7 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 		r.mu.Unlock()
 	}()
 	initial := true
-	sweep := time.NewTicker(registrySweep)
+	sweep := time.NewTicker(sweepEvery)
 	defer sweep.Stop()
 	for {
 		select {
@@ -277,16 +255,16 @@ func (r *Registry) watch(ctx context.Context, w jetstream.KeyWatcher) {
 // created by an older writer.
 const jsErrCodeMsgTTLDisabled jetstream.ErrorCode = 10166
 
-// registrySweep is how often the watch drops records that outlived their
+// sweepEvery is how often the watch drops records that outlived their
 // TTL: the server scans for expired keys about as often.
-const registrySweep = time.Second
+const sweepEvery = time.Second
 
 // dropExpired removes the records that have outlived their TTL at now, as
 // the server's expiry marker would, and returns the agents left with no
 // live record. A record that expired on a bucket with limit markers is
 // dropped by whichever comes first, this or the marker; the other finds
 // it gone and comes to the same status.
-func (r *Registry) dropExpired(now time.Time) []string {
+func (r *View) dropExpired(now time.Time) []string {
 	// Most sweeps find nothing: they look under the read lock, which
 	// does not hold up readers.
 	r.mu.RLock()
@@ -329,7 +307,7 @@ scan:
 // reports whether that changed what the view shows, so the second of the
 // sweep and the server's marker for one expiry tells no watcher again.
 // Call it with r.mu held.
-func (r *Registry) drop(agent, inst string, clean bool) bool {
+func (r *View) drop(agent, inst string, clean bool) bool {
 	in, ok := r.instances[agent][inst]
 	delete(r.instances[agent], inst)
 	if len(r.instances[agent]) > 0 {
@@ -346,14 +324,14 @@ func (r *Registry) drop(agent, inst string, clean bool) bool {
 }
 
 // apply updates the cache from one KV entry and returns the agent it concerns.
-func (r *Registry) apply(e jetstream.KeyValueEntry) string {
+func (r *View) apply(e jetstream.KeyValueEntry) string {
 	key, err := subjects.ParseRegistryKey(e.Key())
 	if err != nil {
 		return ""
 	}
 	// Every instance rewrites its record each heartbeat and every view
 	// decodes it: decoded before the lock, with the faster decoder.
-	var rec instanceRecord
+	var rec Instance
 	if key.Kind == subjects.KeyInstance && e.Operation() == jetstream.KeyValuePut && jsonv2.Unmarshal(e.Value(), &rec) != nil {
 		return ""
 	}
@@ -398,7 +376,7 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) string {
 	}
 }
 
-func (r *Registry) notify(agent string) {
+func (r *View) notify(agent string) {
 	rec, ok := r.Get(agent)
 	if !ok {
 		return
@@ -407,20 +385,20 @@ func (r *Registry) notify(agent string) {
 	defer r.mu.RUnlock()
 	for _, c := range r.watchers {
 		select {
-		case c <- RegistryEvent{Agent: rec}:
+		case c <- Event{Agent: rec}:
 		default: // a slow watcher misses events rather than stalling the registry
 		}
 	}
 }
 
 // Get returns the merged record of agent id.
-func (r *Registry) Get(id string) (AgentRecord, bool) {
+func (r *View) Get(id string) (Agent, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.record(id, time.Now())
 }
 
-func (r *Registry) record(id string, now time.Time) (AgentRecord, bool) {
+func (r *View) record(id string, now time.Time) (Agent, bool) {
 	rec, ok := r.heartbeatRecord(id, now)
 	if s, silent := r.silent[id]; ok && silent && rec.Status != StatusStopped {
 		rec.Status, rec.UnavailableBy, rec.UnavailableReason = StatusUnavailable, s.By, s.Reason
@@ -432,10 +410,10 @@ func (r *Registry) record(id string, now time.Time) (AgentRecord, bool) {
 // reports how its last instance went; only the degraded mark is applied.
 // Records that outlived their TTL count as gone, as they will once the
 // watch or the server's marker drops them.
-func (r *Registry) heartbeatRecord(id string, now time.Time) (AgentRecord, bool) {
+func (r *View) heartbeatRecord(id string, now time.Time) (Agent, bool) {
 	h := r.health[id]
-	rec := AgentRecord{ID: id, Degraded: h.Degraded, DegradedBy: h.By}
-	rank := map[AgentStatus]int{StatusReady: 5, StatusBusy: 4, StatusInitializing: 3, StatusStopping: 2, StatusStopped: 1}
+	rec := Agent{ID: id, Degraded: h.Degraded, DegradedBy: h.By}
+	rank := map[Status]int{StatusReady: 5, StatusBusy: 4, StatusInitializing: 3, StatusStopping: 2, StatusStopped: 1}
 	best := -1
 	var load float64
 	var last *instanceEntry // the newest of the expired records
@@ -468,7 +446,7 @@ func (r *Registry) heartbeatRecord(id string, now time.Time) (AgentRecord, bool)
 			}
 		}
 		if !ok {
-			return AgentRecord{}, false
+			return Agent{}, false
 		}
 		rec.Status = status
 		return rec, true
@@ -481,7 +459,7 @@ func (r *Registry) heartbeatRecord(id string, now time.Time) (AgentRecord, bool)
 
 // Find returns the agents matching q from the local cache, least loaded
 // first (then by id).
-func (r *Registry) Find(ctx context.Context, q Query) ([]AgentRecord, error) {
+func (r *View) Find(ctx context.Context, q Query) ([]Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -493,7 +471,7 @@ func (r *Registry) Find(ctx context.Context, q Query) ([]AgentRecord, error) {
 	for id := range r.gone {
 		ids = append(ids, id)
 	}
-	var out []AgentRecord
+	var out []Agent
 	now := time.Now()
 	for _, id := range ids {
 		rec, _ := r.record(id, now)
@@ -503,17 +481,17 @@ func (r *Registry) Find(ctx context.Context, q Query) ([]AgentRecord, error) {
 		}
 	}
 	r.mu.RUnlock()
-	slices.SortFunc(out, func(a, b AgentRecord) int {
+	slices.SortFunc(out, func(a, b Agent) int {
 		return cmp.Or(cmp.Compare(a.Load, b.Load), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
 }
 
 // Watch returns a channel of changes until ctx ends or the registry
-// closes. A watcher that does not keep up misses events; [Registry.Find]
+// closes. A watcher that does not keep up misses events; [View.Find]
 // always has the current view.
-func (r *Registry) Watch(ctx context.Context) <-chan RegistryEvent {
-	c := make(chan RegistryEvent, 64)
+func (r *View) Watch(ctx context.Context) <-chan Event {
+	c := make(chan Event, 64)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.watchEnded() {
@@ -532,22 +510,30 @@ func (r *Registry) Watch(ctx context.Context) <-chan RegistryEvent {
 	return c
 }
 
+// Degraded reports whether the view holds a degraded mark for agent,
+// whether or not it holds a record of the agent too.
+func (r *View) Degraded(agent string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.health[agent].Degraded
+}
+
 // MarkDegraded records that agent looks unhealthy to by (three consecutive
 // NACKs), or clears the mark when degraded is false.
-func (r *Registry) MarkDegraded(ctx context.Context, agent, by, reason string, degraded bool) error {
+func (r *View) MarkDegraded(ctx context.Context, agent, by, reason string, degraded bool) error {
 	key, err := subjects.MarkKey(subjects.KeyHealth, agent)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	if !degraded {
 		if err := r.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("agentkit: clear degraded %s: %w", agent, err)
+			return fmt.Errorf("registry: clear degraded %s: %w", agent, err)
 		}
 		return nil
 	}
 	b, _ := json.Marshal(health{Degraded: true, By: by, Reason: reason, At: time.Now().UTC()})
 	if _, err := r.kv.Put(ctx, key, b); err != nil {
-		return fmt.Errorf("agentkit: mark %s degraded: %w", agent, err)
+		return fmt.Errorf("registry: mark %s degraded: %w", agent, err)
 	}
 	return nil
 }
@@ -555,12 +541,12 @@ func (r *Registry) MarkDegraded(ctx context.Context, agent, by, reason string, d
 // MarkUnavailable records that agent stopped answering by (three
 // consecutive timeouts) although it may still heartbeat: its
 // status reads UNAVAILABLE, so discovery and fallback pass it over, until
-// [Registry.ClearUnavailable] or, at the latest, ttl.
-func (r *Registry) MarkUnavailable(ctx context.Context, agent, by, reason string, ttl time.Duration) error {
+// [View.ClearUnavailable] or, at the latest, ttl.
+func (r *View) MarkUnavailable(ctx context.Context, agent, by, reason string, ttl time.Duration) error {
 	return putUnavailable(ctx, r.js, r.bucket, agent, by, reason, ttl)
 }
 
-// MarkUnavailable is [Registry.MarkUnavailable] for services that do not
+// MarkUnavailable is [View.MarkUnavailable] for services that do not
 // keep a registry open, such as the ack monitor (an agent whose
 // message exhausted its deliveries is potentially unavailable).
 func MarkUnavailable(ctx context.Context, js jetstream.JetStream, s subjects.Scheme, agent, by, reason string, ttl time.Duration) error {
@@ -575,30 +561,32 @@ func putUnavailable(ctx context.Context, js jetstream.JetStream, bucketName, age
 	}
 	b, _ := json.Marshal(health{By: by, Reason: reason, At: time.Now().UTC()})
 	if _, err := js.Publish(ctx, subjects.KVSubject(bucketName, key), b, jetstream.WithMsgTTL(bucket.KeyTTL(ttl))); err != nil {
-		return fmt.Errorf("agentkit: mark %s unavailable: %w", agent, err)
+		return fmt.Errorf("registry: mark %s unavailable: %w", agent, err)
 	}
 	return nil
 }
 
-// ClearUnavailable removes the mark of [Registry.MarkUnavailable]: agent
+// ClearUnavailable removes the mark of [View.MarkUnavailable]: agent
 // answered again.
-func (r *Registry) ClearUnavailable(ctx context.Context, agent string) error {
+func (r *View) ClearUnavailable(ctx context.Context, agent string) error {
 	key, err := subjects.MarkKey(subjects.KeyUnavailable, agent)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	if err := r.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("agentkit: clear unavailable %s: %w", agent, err)
+		return fmt.Errorf("registry: clear unavailable %s: %w", agent, err)
 	}
 	return nil
 }
 
-// put writes an instance record with a TTL, which the record states too
-// so readers can judge it stale where the bucket keeps no expiry markers.
-// KV Update drops per-key TTLs (the server keeps a TTL only from a publish
+// Register writes an instance's record under its key with a per-key TTL
+// (at least a second), which the record states too, so readers can judge
+// it stale where the bucket keeps no expiry markers: an instance renews
+// it with each heartbeat, and a crashed one's key expires by itself. KV
+// Update drops per-key TTLs (the server keeps a TTL only from a publish
 // that carries one), so the record is published to the key's subject with
 // a Nats-TTL header instead.
-func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duration) error {
+func (r *View) Register(ctx context.Context, rec Instance, ttl time.Duration) error {
 	ttl = bucket.KeyTTL(ttl)
 	rec.TTLSeconds = int64(ttl / time.Second)
 	b, err := json.Marshal(rec)
@@ -612,21 +600,24 @@ func (r *Registry) put(ctx context.Context, rec instanceRecord, ttl time.Duratio
 	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(ttl)); err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeMsgTTLDisabled {
-			return fmt.Errorf("agentkit: register %s/%s: registry bucket %s does not allow per-key TTLs (agentmesh migrate allows them): %w",
+			return fmt.Errorf("registry: register %s/%s: registry bucket %s does not allow per-key TTLs (agentmesh migrate allows them): %w",
 				rec.ID, rec.Instance, r.bucket, err)
 		}
-		return fmt.Errorf("agentkit: register %s/%s: %w", rec.ID, rec.Instance, err)
+		return fmt.Errorf("registry: register %s/%s: %w", rec.ID, rec.Instance, err)
 	}
 	return nil
 }
 
-func (r *Registry) remove(ctx context.Context, id, instance string) error {
+// Deregister deletes instance's record of agent id: it stopped cleanly,
+// and views read it STOPPED rather than UNAVAILABLE once it was the
+// agent's last.
+func (r *View) Deregister(ctx context.Context, id, instance string) error {
 	key, err := subjects.InstanceKey(id, instance)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	if err := r.kv.Delete(ctx, key); err != nil {
-		return fmt.Errorf("agentkit: deregister %s/%s: %w", id, instance, err)
+		return fmt.Errorf("registry: deregister %s/%s: %w", id, instance, err)
 	}
 	return nil
 }
