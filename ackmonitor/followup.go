@@ -432,7 +432,7 @@ func (f *followUps) prepare(t *followUpTask) {
 		esc.CorrelationID = first(esc.CorrelationID, h.Get(wire.HeaderCorrelation))
 		esc.WorkflowID = first(esc.WorkflowID, h.Get(wire.HeaderWorkflow))
 		esc.InReplyTo = first(esc.InReplyTo, h.Get(wire.HeaderInReplyTo))
-		if !mirrored(h) {
+		if !wire.Mirrored(h) {
 			if env := envelopeOf(orig.Data); env != nil {
 				esc.MessageID = first(esc.MessageID, env.MessageID)
 				esc.CorrelationID = first(esc.CorrelationID, env.Correlation)

@@ -134,7 +134,7 @@ func parseSubject(scheme subjects.Scheme, subject string) (subjects.Subject, err
 }
 
 // parseSend turns a headers-only MESH message into a send record. body is
-// the message's body when its sender mirrors no header (see mirrored),
+// the message's body when its sender mirrors no header (see wire.Mirrored),
 // else nil: the record then takes from the envelope what the headers
 // lack.
 func (in *intake) parseSend(msg jetstream.Msg, body []byte) (store.Send, bool) {
@@ -223,14 +223,6 @@ func (in *intake) pullSends(ctx context.Context, cons jetstream.Consumer, mesh j
 	in.pull(ctx, cons, false, func(msgs []jetstream.Msg) intakeBatch { return in.sendsBatch(ctx, mesh, msgs) })
 }
 
-// mirrored reports whether a message's sender mirrors its envelope in
-// headers: every sender that does sends Mesh-Type, and then a missing
-// Mesh-* header is an empty member (PROTOCOL.md §4).
-func mirrored(h nats.Header) bool {
-	_, ok := h[wire.HeaderType]
-	return ok
-}
-
 // bodyReaders bounds the body reads a batch of sends has in flight.
 const bodyReaders = 8
 
@@ -243,7 +235,7 @@ func (in *intake) bodies(ctx context.Context, mesh jetstream.Stream, msgs []jets
 	out := make([][]byte, len(msgs))
 	var todo []int
 	for i, msg := range msgs {
-		if !mirrored(msg.Headers()) {
+		if !wire.Mirrored(msg.Headers()) {
 			todo = append(todo, i)
 		}
 	}

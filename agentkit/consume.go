@@ -219,7 +219,7 @@ func (r *receiver) asyncError(err error) { r.opts.errorHandler(err) }
 // decode and check them. Replies (marked by the Mesh-In-Reply-To header) are
 // settled here instead, so a Request waiting in a handler never needs a free
 // worker to receive its response. A message without the mirrored headers
-// (see mirrored) is decoded here, in stream order, because only its
+// (see wire.Mirrored) is decoded here, in stream order, because only its
 // envelope names its task. When an iterator of src ends its generation,
 // read waits until out holds fewer messages than the handlers'
 // pace calls for and opens the next generation for the difference (see
@@ -272,7 +272,7 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 		if src.spec.class != "" && !r.admitFanout(d, h) {
 			continue
 		}
-		if h.Get(wire.HeaderInReplyTo) != "" || !mirrored(h) && !r.handled.seen(d.seq) {
+		if h.Get(wire.HeaderInReplyTo) != "" || !wire.Mirrored(h) && !r.handled.seen(d.seq) {
 			// A reply, or a message whose sender mirrors no header: its
 			// envelope is decoded here, in stream order, so a reply
 			// without the header is matched here too and a task without
@@ -299,16 +299,6 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 			return
 		}
 	}
-}
-
-// mirrored reports whether a message's sender mirrors the envelope in
-// headers. Every sender that does sends Mesh-Type (PROTOCOL.md §4), and
-// then a Mesh-* header that is missing is an empty member: without
-// Mesh-Type, a missing Mesh-Task-Id says nothing of the task, which only
-// the body tells.
-func mirrored(h nats.Header) bool {
-	_, ok := h[wire.HeaderType]
-	return ok
 }
 
 // reopen opens src's next iterator for n messages (see source.reopen).

@@ -106,7 +106,7 @@ func WorkflowStatus(ctx context.Context, js jetstream.JetStream, scheme subjects
 				Type: wire.MessageType(h.Get(wire.HeaderType)), Action: h.Get(wire.HeaderAction),
 				InReplyTo: h.Get(wire.HeaderInReplyTo), Status: h.Get(wire.HeaderStatus)}
 			corr := h.Get(wire.HeaderCorrelation)
-			if !mirrored(h) {
+			if !wire.Mirrored(h) {
 				// The sender mirrors no header: the body says it all, at a
 				// read per message.
 				env, err := bodies.envelope(ctx, md.Sequence.Stream)

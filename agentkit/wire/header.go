@@ -23,6 +23,16 @@ const (
 	HeaderStatus = "Mesh-Status" // the envelope's status, on replies
 )
 
+// Mirrored reports whether a message's headers h (a nats.Header) mirror
+// its envelope. Every sender that mirrors sends [HeaderType], and then a
+// missing Mesh-* header is an empty member; without it the headers say
+// nothing of the envelope, which only the body tells (a sender that
+// mirrors no header loses speed, never data).
+func Mirrored(h map[string][]string) bool {
+	_, ok := h[HeaderType]
+	return ok
+}
+
 // HeaderEnvelopeRef names the Object Store object holding the full
 // envelope of a message too large for the server's max payload (claim
 // check). The message itself carries a stub envelope with the same ids,

@@ -37,3 +37,20 @@ func TestReplayOf(t *testing.T) {
 		}
 	}
 }
+
+func TestMirrored(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		h    map[string][]string
+		want bool
+	}{
+		{nil, false},
+		{map[string][]string{wire.HeaderMsgID: {"m1"}, wire.HeaderTaskID: {"t1"}}, false},
+		{map[string][]string{wire.HeaderType: {"request"}}, true},
+		{map[string][]string{wire.HeaderType: {""}}, true}, // present, even empty
+	} {
+		if got := wire.Mirrored(c.h); got != c.want {
+			t.Errorf("Mirrored(%v) = %v, want %v", c.h, got, c.want)
+		}
+	}
+}
