@@ -284,11 +284,11 @@ func (s Scheme) Consumer(agent, priority string) (string, error) {
 }
 
 // ParseConsumer splits a consumer name built by [Scheme.Consumer]; it
-// rejects fan-out consumers (see [Scheme.ParseConsumerName]).
+// rejects fan-out and group consumers (see [Scheme.ParseConsumerName]).
 func (s Scheme) ParseConsumer(name string) (agent, priority string, err error) {
 	c, err := s.ParseConsumerName(name)
-	if err == nil && c.Priority == "" {
-		err = fmt.Errorf("%w: consumer %q is a fan-out consumer", ErrInvalidSubject, name)
+	if err == nil && (c.Priority == "" || c.Group != "") {
+		err = fmt.Errorf("%w: consumer %q is no agent's direct consumer", ErrInvalidSubject, name)
 	}
 	if err != nil {
 		return "", "", err
@@ -296,33 +296,53 @@ func (s Scheme) ParseConsumer(name string) (agent, priority string, err error) {
 	return c.Agent, c.Priority, nil
 }
 
-// ConsumerName is a parsed agent consumer name: a direct consumer has a
-// Priority, a fan-out consumer a Class.
+// ConsumerName is a parsed consumer name: an agent's direct consumer has
+// Agent and Priority, its fan-out consumer Agent and Class, and a group's
+// direct consumer (shared by the agents the group hosts) Group and
+// Priority.
 type ConsumerName struct {
 	Agent    string
+	Group    string
 	Priority string // direct: one of Priorities
 	Class    string // fan-out: one of FanoutClasses
 }
 
-// ParseConsumerName splits a consumer name built by [Scheme.Consumer] or
-// [Scheme.FanoutConsumer].
+// ParseConsumerName splits a consumer name built by [Scheme.Consumer],
+// [Scheme.FanoutConsumer] or [Scheme.GroupConsumer].
 func (s Scheme) ParseConsumerName(name string) (ConsumerName, error) {
 	i := strings.LastIndexByte(name, '_')
 	if i <= 0 {
 		return ConsumerName{}, fmt.Errorf("%w: consumer %q has no <agent>_<priority> form", ErrInvalidSubject, name)
 	}
-	c := ConsumerName{Agent: name[:i]}
-	suffix := name[i+1:]
-	check := ValidatePriority(suffix)
+	owner, suffix := name[:i], name[i+1:]
+	c := ConsumerName{Agent: owner}
+	kind, check := "agent id", ValidatePriority(suffix)
 	if class, ok := strings.CutPrefix(suffix, fanoutMark); ok {
 		c.Class, check = class, ValidateFanoutClass(class)
+	} else if p, ok := strings.CutPrefix(suffix, groupMark); ok {
+		c = ConsumerName{Group: owner, Priority: p}
+		kind, check = "group", ValidatePriority(p)
 	} else {
 		c.Priority = suffix
 	}
-	if err := firstErr(ValidateToken("agent id", c.Agent), check); err != nil {
+	if err := firstErr(ValidateToken(kind, owner), check); err != nil {
 		return ConsumerName{}, fmt.Errorf("%w: consumer %q: %w", ErrInvalidSubject, name, err)
 	}
 	return c, nil
+}
+
+// groupMark starts a group consumer's suffix; no priority or fan-out
+// class contains it, so a group's consumer never bears an agent's name.
+const groupMark = "group-"
+
+// GroupConsumer returns the durable direct consumer of group at priority:
+// "<group>_group-<priority>". Its filters are the direct filters (see
+// [Scheme.DirectFilter]) of the agents the group hosts.
+func (s Scheme) GroupConsumer(group, priority string) (string, error) {
+	if err := firstErr(ValidateToken("group", group), ValidatePriority(priority)); err != nil {
+		return "", err
+	}
+	return group + "_" + groupMark + priority, nil
 }
 
 // FanoutClasses lists the fan-out consumer classes. Each agent reads the

@@ -582,6 +582,25 @@ func TestConsumerNames(t *testing.T) {
 			t.Errorf("ParseConsumerName(%q) = %v, want ErrInvalidSubject", bad, err)
 		}
 	}
+	// A group's consumer is neither an agent's direct nor its fan-out one.
+	group, err := s.GroupConsumer("workers", "high")
+	if err != nil || group != "workers_group-high" {
+		t.Fatalf("GroupConsumer = %q, %v", group, err)
+	}
+	if c, err := s.ParseConsumerName(group); err != nil || c != (subjects.ConsumerName{Group: "workers", Priority: "high"}) {
+		t.Errorf("ParseConsumerName(%q) = %+v, %v", group, c, err)
+	}
+	if _, _, err := s.ParseConsumer(group); !errors.Is(err, subjects.ErrInvalidSubject) {
+		t.Errorf("ParseConsumer(%q) accepted a group consumer: %v", group, err)
+	}
+	for _, bad := range []string{"w_group-urgent", "w_group-", "_group-high", "w.x_group-high"} {
+		if _, err := s.ParseConsumerName(bad); !errors.Is(err, subjects.ErrInvalidSubject) {
+			t.Errorf("ParseConsumerName(%q) = %v, want ErrInvalidSubject", bad, err)
+		}
+	}
+	if _, err := s.GroupConsumer("a.b", "high"); !errors.Is(err, subjects.ErrInvalidToken) {
+		t.Errorf("GroupConsumer with a bad group name: %v", err)
+	}
 	if _, err := s.FanoutConsumer("a", "critical"); !errors.Is(err, subjects.ErrInvalidToken) {
 		t.Errorf("FanoutConsumer with a priority for a class: %v", err)
 	}

@@ -286,7 +286,7 @@ func (m *migrator) consumers(ctx context.Context, stream jetstream.Stream) error
 // with filters besides its direct one.
 func (m *migrator) wide(ci *jetstream.ConsumerInfo, last uint64) (wideConsumer, bool) {
 	c, err := m.scheme.ParseConsumerName(ci.Name)
-	if err != nil || c.Priority == "" {
+	if err != nil || c.Priority == "" || c.Group != "" {
 		return wideConsumer{}, false // not an agent's direct consumer
 	}
 	direct, _ := m.scheme.DirectFilter(c.Agent, c.Priority) // parsed tokens are valid
