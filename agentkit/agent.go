@@ -250,27 +250,43 @@ func (a *Agent) start(ctx context.Context) error {
 			a.releaseRegistry()
 		}
 	}
+	group := a.opts.group
+	inboxes := map[wire.Priority]*inbox{}
 	for q, spec := range queueOrder {
 		if spec.class != "" && len(a.recv.fanout) == 0 {
 			continue // nothing to handle: no fan-out consumer, nothing fetched
+		}
+		if spec.class == "" && group != nil {
+			src := inboxSource(spec, q, a.opts.policies[spec.priority], a.opts.concurrency)
+			inboxes[spec.priority] = src.inbox
+			sources = append(sources, src)
+			continue
 		}
 		cons, err := a.bindConsumer(ctx, spec, a.topics)
 		if err != nil {
 			stopAll()
 			return err
 		}
-		name := cons.CachedInfo().Name
-		bind := func(ctx context.Context) (jetstream.Consumer, error) {
-			return a.js.Consumer(ctx, a.opts.scheme.Stream(), name)
-		}
-		src, err := openSource(cons, bind, spec, q, a.opts.policies[spec.priority], a.opts.concurrency)
+		src, err := a.openSource(cons, spec, q)
 		if err != nil {
 			stopAll()
-			return fmt.Errorf("agentkit: consume %s: %w", src.label(), err)
+			return err
 		}
 		sources = append(sources, src)
 	}
+	var catchUps []*source
+	if group != nil {
+		srcs, err := a.joinGroup(ctx, group, inboxes)
+		if err != nil {
+			stopAll()
+			return err
+		}
+		sources, catchUps = append(sources, srcs...), srcs
+	}
 	a.recv.open(sources)
+	for _, src := range catchUps {
+		a.recv.watchCatchUp(src, group)
+	}
 	a.startTracker()
 	a.recv.startWorkers()
 	if a.registry != nil {
@@ -288,6 +304,46 @@ func (a *Agent) start(ctx context.Context) error {
 	a.state = stateStarted
 	a.opts.logger.Info("agent started", "agent", a.id, "stream", a.opts.scheme.Stream(), "topics", a.topics, "fanout", len(a.recv.fanout) > 0)
 	return nil
+}
+
+// openSource starts reading cons, the consumer of spec, for queue q.
+func (a *Agent) openSource(cons jetstream.Consumer, spec queueSpec, q int) (*source, error) {
+	name := cons.CachedInfo().Name
+	bind := func(ctx context.Context) (jetstream.Consumer, error) {
+		return a.js.Consumer(ctx, a.opts.scheme.Stream(), name)
+	}
+	src, err := openSource(cons, bind, spec, q, a.opts.policies[spec.priority], a.opts.concurrency)
+	if err != nil {
+		return nil, fmt.Errorf("agentkit: consume %s: %w", src.label(), err)
+	}
+	return src, nil
+}
+
+// joinGroup joins g, whose feeds fill inboxes, and returns the sources of
+// the catch-ups the agent must read (see Group).
+func (a *Agent) joinGroup(ctx context.Context, g *Group, inboxes map[wire.Priority]*inbox) ([]*source, error) {
+	if g.scheme != a.opts.scheme {
+		return nil, fmt.Errorf("%w: agent %s's scheme differs from group %s's", ErrInvalidOption, a.id, g.name)
+	}
+	catchUps, err := g.join(ctx, a.id, inboxes, a.opts.policies, a.opts.sampleFreq)
+	if err != nil {
+		return nil, err
+	}
+	var out []*source
+	for _, cu := range catchUps {
+		q := slices.Index(queueOrder[:], queueSpec{priority: cu.priority})
+		src, err := a.openSource(cu.cons, queueOrder[q], q)
+		if err != nil {
+			for _, s := range out {
+				s.stop(false)
+			}
+			g.leave(a.id)
+			return nil, err
+		}
+		src.until = cu.until
+		out = append(out, src)
+	}
+	return out, nil
 }
 
 // consumerConfig returns the durable consumer of priority p with the
@@ -670,6 +726,9 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	}
 	a.recv.handBackStranded()
 	a.recv.cancel()
+	if a.opts.group != nil {
+		a.opts.group.leave(a.id)
+	}
 	if a.registry != nil {
 		a.announceBestEffort(StatusStopped)
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
@@ -727,9 +786,13 @@ func (a *Agent) asyncError(err error) {
 }
 
 // ConsumerInfo returns the server's view of the agent's consumer at
-// priority p (pending, ack-pending and redelivered counts).
+// priority p (pending, ack-pending and redelivered counts): for an agent
+// in a group, the group's consumer, shared by its agents.
 func (a *Agent) ConsumerInfo(ctx context.Context, p wire.Priority) (*jetstream.ConsumerInfo, error) {
 	name, err := a.opts.scheme.Consumer(a.id, string(p))
+	if g := a.opts.group; g != nil {
+		name, err = g.scheme.GroupConsumer(g.name, string(p))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}

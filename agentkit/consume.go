@@ -228,6 +228,10 @@ func (r *receiver) asyncError(err error) { r.opts.errorHandler(err) }
 // does a reply while read fetches its large envelope. When the server
 // ends an iterator (see reopen), read opens another one.
 func (r *receiver) read(src *source, out chan<- *delivery) {
+	if src.inbox != nil {
+		r.readInbox(src, out)
+		return
+	}
 	it := src.current()
 	retry := reopenBackOff()
 	failing := &r.failing[src.queue] // what Err reports while the server turns the reader away
@@ -261,44 +265,119 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 			failed = true
 			continue
 		}
-		h := msg.Headers()
-		if h.Get(headerPinID) != "" {
+		if msg.Headers().Get(headerPinID) != "" {
 			src.repin.Store(true) // nats.go took it for a pin; receive terminates the message
 		}
-		d := &delivery{msg: msg, priority: src.spec.priority, policy: &src.policy, src: src, task: h.Get(wire.HeaderTaskID), lastProgress: time.Now()}
-		if md, err := msg.Metadata(); err == nil {
-			d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
-		}
-		if src.spec.class != "" && !r.admitFanout(d, h) {
+		d := src.deliveryOf(msg)
+		if src.until > 0 && d.seq > src.until {
+			// A catch-up's message past its end: the group delivers it.
+			// The ack only moves this consumer on; it samples no acks.
+			r.brokerErr(msg.Ack(), d, "ack")
+			src.pastEnd.Store(true)
 			continue
 		}
-		if h.Get(wire.HeaderInReplyTo) != "" || !wire.Mirrored(h) && !r.handled.seen(d.seq) {
-			// A reply, or a message whose sender mirrors no header: its
-			// envelope is decoded here, in stream order, so a reply
-			// without the header is matched here too and a task without
-			// the header takes its lane below. A duplicate goes on to a
-			// worker undecoded: handle acks it, and its large envelope
-			// may be gone.
-			src.waiting.add(d) // kept alive while a large envelope is fetched
-			ok := r.receive(d)
-			src.waiting.remove(d)
-			if !ok {
-				continue
-			}
-			d.task = d.env.TaskID // equal to the header, if any (receive checks)
-		}
-		if d.task != "" && !r.lanes.enter(d) {
-			continue // queued behind the running message of its task
-		}
-		src.waiting.add(d)
-		select {
-		case out <- d:
-		case <-r.quit:
-			// Stopping: give the message straight back for redelivery.
-			r.giveBack(d)
+		if !r.forward(src, d, out) {
 			return
 		}
 	}
+}
+
+// readInbox is read for a source a group feeds: it takes the messages the
+// group routed to this agent (see Group), already in the waiting set,
+// until the source is stopped, or drained and empty.
+func (r *receiver) readInbox(src *source, out chan<- *delivery) {
+	for {
+		d, ok := src.inbox.next(r.quit)
+		if !ok {
+			return
+		}
+		if !r.forward(src, d, out) {
+			return
+		}
+	}
+}
+
+// forward takes d, just read from src, on to a worker's queue out: it
+// settles here what is not for a worker (see admitFanout, receive),
+// decodes what must be decoded in stream order, and queues a task's
+// message behind the running one of its task. It is false once the agent
+// stops.
+func (r *receiver) forward(src *source, d *delivery, out chan<- *delivery) bool {
+	h := d.msg.Headers()
+	if src.spec.class != "" && !r.admitFanout(d, h) {
+		return true
+	}
+	if h.Get(wire.HeaderInReplyTo) != "" || !wire.Mirrored(h) && !r.handled.seen(d.seq) {
+		// A reply, or a message whose sender mirrors no header: its
+		// envelope is decoded here, in stream order, so a reply
+		// without the header is matched here too and a task without
+		// the header takes its lane below. A duplicate goes on to a
+		// worker undecoded: handle acks it, and its large envelope
+		// may be gone.
+		src.waiting.add(d) // kept alive while a large envelope is fetched
+		ok := r.receive(d)
+		src.waiting.remove(d)
+		if !ok {
+			return true
+		}
+		d.task = d.env.TaskID // equal to the header, if any (receive checks)
+	}
+	if d.task != "" {
+		src.waiting.remove(d) // a group's inbox put it there; the lane keeps it alive
+		if !r.lanes.enter(d) {
+			return true // queued behind the running message of its task
+		}
+	}
+	src.waiting.add(d)
+	select {
+	case out <- d:
+		return true
+	case <-r.quit:
+		// Stopping: give the message straight back for redelivery.
+		r.giveBack(d)
+		return false
+	}
+}
+
+// watchCatchUp ends the catch-up src (see Group) once it is done: every
+// message of the agent up to src.until is acked (so none waits for a
+// redelivery) and nothing is left pending, or a message past until was
+// acked. It then stops src and deletes its consumer, which only the group
+// delivers for from then on. A catch-up cut short by shutdown continues
+// when the agent next starts.
+func (r *receiver) watchCatchUp(src *source, g *Group) {
+	r.readers.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-src.done:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)
+			info, err := src.consumer().Info(ctx)
+			cancel()
+			if err != nil {
+				r.asyncError(fmt.Errorf("agentkit: catch-up of %s at %s: %w", r.id, src.spec.priority, err))
+				continue
+			}
+			if info.NumAckPending > 0 || info.AckFloor.Stream < src.until && info.NumPending > 0 {
+				continue
+			}
+			src.stop(false)
+			ctx, cancel = context.WithTimeout(context.Background(), r.opts.attemptTimeout)
+			err = g.js.DeleteConsumer(ctx, g.scheme.Stream(), info.Name)
+			cancel()
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				r.asyncError(fmt.Errorf("agentkit: delete %s's finished catch-up: %w", r.id, err))
+				return
+			}
+			g.catchUpDone(info.Name)
+			r.opts.logger.Info("catch-up done: the group delivers", "agent", r.id, "priority", src.spec.priority, "group", g.name)
+			return
+		}
+	})
 }
 
 // reopen opens src's next iterator for n messages (see source.reopen).

@@ -53,6 +53,7 @@ type options struct {
 	middleware     []Middleware
 	hooks          hooks
 	noTaskTracking bool
+	group          *Group
 }
 
 func defaultOptions() options {
@@ -176,6 +177,21 @@ func WithReplicas(n int) Option {
 // may not create JetStream resources).
 func WithProvisioning(on bool) Option {
 	return optionFunc(func(o *options) error { o.provision = on; return nil })
+}
+
+// WithGroup has the agent's direct messages delivered through g, the
+// consumers its process's agents share, instead of five consumers of its
+// own (see [Group]). The agent's scheme must be g's, and its delivery
+// policies those of g's other agents. Broadcasts and topic messages are
+// unchanged.
+func WithGroup(g *Group) Option {
+	return optionFunc(func(o *options) error {
+		if g == nil {
+			return fmt.Errorf("%w: nil group", ErrInvalidOption)
+		}
+		o.group = g
+		return nil
+	})
 }
 
 // WithTopics subscribes the agent to topics from the start; see also

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
 
 // source is one priority's consumer and the iterator reading it. With an
@@ -35,6 +37,13 @@ type source struct {
 	pace    pace
 	waiting waiting       // received, and no handler started yet
 	taken   chan struct{} // a worker took a message of this source off the queue
+	// inbox is set when a group reads the consumer (see Group): the
+	// source then reads what the group routes to it, and cons is nil.
+	inbox *inbox
+	// until is set on a catch-up (see Group): the stream sequence after
+	// which the group delivers; pastEnd says a message past it came.
+	until   uint64
+	pastEnd atomic.Bool
 
 	mu      sync.Mutex
 	it      jetstream.MessagesContext
@@ -53,6 +62,24 @@ func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.C
 	return s, nil
 }
 
+// inboxSource returns the source of a priority whose messages a group
+// routes to the agent.
+func inboxSource(spec queueSpec, queue int, policy DeliveryPolicy, workers int) *source {
+	s := &source{spec: spec, queue: queue, policy: policy, workers: workers,
+		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1), done: make(chan struct{})}
+	s.inbox = &inbox{src: s, wake: make(chan struct{}, 1)}
+	return s
+}
+
+// deliveryOf returns the delivery of msg, read from s.
+func (s *source) deliveryOf(msg jetstream.Msg) *delivery {
+	d := &delivery{msg: msg, priority: s.spec.priority, policy: &s.policy, src: s, task: msg.Headers().Get(wire.HeaderTaskID), lastProgress: time.Now()}
+	if md, err := msg.Metadata(); err == nil {
+		d.delivery, d.seq = md.NumDelivered, md.Sequence.Stream
+	}
+	return d
+}
+
 // label names the source in errors: its priority, or its fan-out class.
 func (s *source) label() string {
 	if s.spec.class != "" {
@@ -67,6 +94,13 @@ func (s *source) open(size int) (jetstream.MessagesContext, error) {
 		opts = append(opts, jetstream.StopAfter(size))
 	}
 	return s.cons.Messages(opts...)
+}
+
+// consumer returns the handle of the source's consumer.
+func (s *source) consumer() jetstream.Consumer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cons
 }
 
 // current returns the iterator to read.
@@ -169,6 +203,10 @@ func (s *source) stop(drain bool) {
 		s.stopped = true
 		close(s.done)
 	}
+	if s.inbox != nil {
+		s.inbox.close(drain)
+		return
+	}
 	if drain {
 		s.it.Drain()
 	} else {
@@ -262,4 +300,77 @@ func (w *waiting) drop() []*delivery {
 		delete(w.m, d)
 	}
 	return out
+}
+
+// inbox holds the messages a group routed to one source of an agent, in
+// the order they came, until the agent's reader takes them. They are in
+// the source's waiting set from the moment they arrive, so the agent's
+// keep-alive scanner keeps them alive however long the workers are busy;
+// the group consumer's ack-pending window bounds how many there are.
+type inbox struct {
+	src  *source
+	wake chan struct{} // a message arrived, or the inbox closed
+
+	mu       sync.Mutex
+	q        []*delivery
+	closed   bool // no more messages are taken
+	draining bool // closed by Drain: the reader takes what is queued
+}
+
+// push queues msg for the agent; false once the inbox is closed (the
+// group then holds msg).
+func (b *inbox) push(msg jetstream.Msg) bool {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	d := b.src.deliveryOf(msg)
+	b.src.waiting.add(d)
+	b.q = append(b.q, d)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// next returns the next message, blocking until one comes; false once the
+// inbox is closed (and, when draining, empty) or quit is closed. What a
+// stopped inbox still holds stays in the waiting set, which shutdown hands
+// back.
+func (b *inbox) next(quit <-chan struct{}) (*delivery, bool) {
+	for {
+		b.mu.Lock()
+		if len(b.q) > 0 && (!b.closed || b.draining) {
+			d := b.q[0]
+			b.q[0] = nil
+			b.q = b.q[1:]
+			b.mu.Unlock()
+			return d, true
+		}
+		closed := b.closed
+		b.mu.Unlock()
+		if closed {
+			return nil, false
+		}
+		select {
+		case <-b.wake:
+		case <-quit:
+			return nil, false
+		}
+	}
+}
+
+// close stops taking messages; with drain the reader still takes those
+// queued.
+func (b *inbox) close(drain bool) {
+	b.mu.Lock()
+	b.closed, b.draining = true, drain
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
 }

@@ -1,0 +1,230 @@
+package agentkit_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// groupAgent starts agent id in g on nc with a recording handler of action
+// "work".
+func groupAgent(t *testing.T, nc *nats.Conn, g *agentkit.Group, id string, rec *recorder, opts ...agentkit.Option) *agentkit.Agent {
+	t.Helper()
+	a, err := agentkit.New(nc, id, append([]agentkit.Option{agentkit.WithGroup(g), agentkit.WithFanoutActions()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	if err := a.Handle("work", rec.handle(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx(t)); err != nil {
+		t.Fatalf("Start(%s): %v", id, err)
+	}
+	return a
+}
+
+// consumerNames returns the names of MESH's consumers.
+func consumerNames(t *testing.T, nc *nats.Conn) []string {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx(t), subjects.Default.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	l := st.ConsumerNames(ctx(t))
+	for n := range l.Name() {
+		names = append(names, n)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestGroup_AgentsShareFiveConsumers(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	nc := m.conn()
+	g, err := agentkit.NewGroup(nc, "proc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	recs := map[string]*recorder{}
+	for i := range 3 {
+		id := fmt.Sprintf("w%d", i)
+		recs[id] = &recorder{}
+		groupAgent(t, nc, g, id, recs[id])
+	}
+	sender := m.started("boss", nil, agentkit.WithFanoutActions())
+	sent := map[string]string{} // message id → receiver
+	for i := range 30 {
+		to := fmt.Sprintf("w%d", i%3)
+		env, err := sender.Send(ctx(t), to, "work", nil, agentkit.WithPriority(priorities[i%len(priorities)]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent[env.MessageID] = to
+	}
+	eventually(t, 10*time.Second, "30 messages handled", func() bool {
+		n := 0
+		for _, r := range recs {
+			n += r.count()
+		}
+		return n == 30
+	})
+	for id, r := range recs {
+		for mid, n := range r.ids() {
+			if n != 1 || sent[mid] != id {
+				t.Errorf("%s handled %s %d times; it was sent to %s", id, mid, n, sent[mid])
+			}
+		}
+	}
+	var group, own []string
+	for _, n := range consumerNames(t, nc) {
+		c, err := subjects.Default.ParseConsumerName(n)
+		switch {
+		case err != nil:
+		case c.Group != "":
+			group = append(group, n)
+		case c.Agent != "boss":
+			own = append(own, n)
+		}
+	}
+	if len(group) != 5 || len(own) != 0 {
+		t.Errorf("consumers: group %q, agents' own %q; want the group's five only", group, own)
+	}
+}
+
+var priorities = []wire.Priority{wire.PriorityCritical, wire.PriorityHigh, wire.PriorityNormal, wire.PriorityLow, wire.PriorityBatch}
+
+// Messages sent before an agent first joins are delivered by its own
+// consumer, which is deleted once it caught up; nothing is handled twice.
+func TestGroup_CatchUpDeliversEarlierMessages(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	nc := m.conn()
+	sender := m.started("boss", nil, agentkit.WithFanoutActions())
+	g, err := agentkit.NewGroup(nc, "proc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	var first recorder
+	groupAgent(t, nc, g, "first", &first) // the group's consumers exist before "late" joins
+
+	// "late" ran with consumers of its own and left one message unhandled,
+	// and two more came while nothing ran.
+	var own recorder
+	late := m.started("late", map[string]agentkit.HandlerFunc{"work": own.handle(nil)}, agentkit.WithFanoutActions())
+	before, err := sender.Send(ctx(t), "late", "work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the first message acked on late's own consumers", func() bool {
+		return late.Stats().Outcomes[agentkit.OutcomeAck] == 1
+	})
+	late.Stop()
+	var early []string
+	for range 2 {
+		env, err := sender.Send(ctx(t), "late", "work", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		early = append(early, env.MessageID)
+	}
+
+	var rec recorder
+	groupAgent(t, nc, g, "late", &rec)
+	var after []string
+	for range 3 {
+		env, err := sender.Send(ctx(t), "late", "work", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = append(after, env.MessageID)
+	}
+	defer func() {
+		t.Logf("handled %v early %v after %v; consumers %v", rec.ids(), early, after, consumerNames(t, nc))
+	}()
+	eventually(t, 10*time.Second, "the two earlier and three later messages", func() bool { return rec.count() == 5 })
+	for _, id := range append(early, after...) {
+		if n := rec.ids()[id]; n != 1 {
+			t.Errorf("message %s handled %d times in the group", id, n)
+		}
+	}
+	if n := rec.ids()[before.MessageID]; n != 0 {
+		t.Errorf("the message handled before joining was handled again, %d times", n)
+	}
+	eventually(t, 15*time.Second, "the catch-up consumer deleted", func() bool {
+		return !slices.Contains(consumerNames(t, nc), "late_normal")
+	})
+}
+
+// A member that is not running has its messages held, and handles them
+// when it runs again.
+func TestGroup_HoldsMessagesOfStoppedMember(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	nc := m.conn()
+	g, err := agentkit.NewGroup(nc, "proc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	var a, b1 recorder
+	groupAgent(t, nc, g, "a", &a)
+	bAgent := groupAgent(t, nc, g, "b", &b1)
+	if err := bAgent.Drain(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	sender := m.started("boss", nil, agentkit.WithFanoutActions())
+	for _, to := range []string{"b", "a", "b"} {
+		if _, err := sender.Send(ctx(t), to, "work", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "a's message", func() bool { return a.count() == 1 })
+	var b2 recorder
+	groupAgent(t, nc, g, "b", &b2)
+	eventually(t, 10*time.Second, "b's two messages after its restart", func() bool { return b2.count() == 2 })
+	if b1.count() != 0 {
+		t.Errorf("the stopped b handled %d messages", b1.count())
+	}
+}
+
+func TestGroup_RefusesDifferentPolicy(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	nc := m.conn()
+	g, err := agentkit.NewGroup(nc, "proc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	var rec recorder
+	groupAgent(t, nc, g, "a", &rec)
+	b, err := agentkit.New(nc, "b", agentkit.WithGroup(g), agentkit.WithPolicy(wire.PriorityNormal, fastPolicy(time.Second, 2*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	if err := b.Start(ctx(t)); !errors.Is(err, agentkit.ErrInvalidOption) {
+		t.Errorf("Start with another policy than the group's: %v, want ErrInvalidOption", err)
+	}
+}
