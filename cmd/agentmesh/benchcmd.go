@@ -45,8 +45,9 @@ few seconds otherwise (--quiet: none).
 --scale N,N,... runs the scale benchmark instead, one row per count N
 (agentmesh bench --scale 100,300,1000 is the full run): N agents registered with
 heartbeats and handlers, on --scale-runtimes connections (agent i on connection
-i mod runtimes, as that many processes would hold them), and one driver agent on
-its own. For each N it reports the time to start all N (8 at a time); the
+i mod runtimes, as that many processes would hold them; the agents of one
+connection share its group's five consumers, or read five each with
+--scale-per-agent), declaring no fan-out action, and one driver agent on its own. For each N it reports the time to start all N (8 at a time); the
 process's CPU (in percent of one core) over --scale-idle of idleness and its RSS
 (server and agents: the embedded server runs in this process; Linux only, n/a
 elsewhere); the consumers on the message stream and the registry bucket's stream
@@ -141,6 +142,7 @@ shows how many started and why, and the run goes on with the next count.` + exit
 	fl.DurationVar(&scale.Idle, "scale-idle", 10*time.Second, "with --scale, the idle window CPU is measured over")
 	fl.IntVar(&scale.Rate, "scale-rate", 500, "with --scale, offered requests per second")
 	fl.DurationVar(&scale.RequestTime, "scale-request-time", 5*time.Second, "with --scale, how long requests are offered")
+	fl.BoolVar(&scale.PerAgent, "scale-per-agent", false, "with --scale, each agent reads five consumers of its own instead of sharing its connection's group")
 	return cmd
 }
 

@@ -49,6 +49,10 @@ type ScaleConfig struct {
 	// RequestTime is how long the request phase offers requests.
 	// Default: 5s.
 	RequestTime time.Duration
+	// PerAgent has each agent read five consumers of its own, instead of
+	// the agents of one connection sharing one [agentkit.Group], as the
+	// process hosting them would.
+	PerAgent bool
 	// PhaseTimeout bounds each phase (start, burst, requests, drain) of
 	// one count. Default: 5m.
 	PhaseTimeout time.Duration
@@ -126,6 +130,9 @@ type ScaleReport struct {
 type ScaleResult struct {
 	Agents   int `json:"agents"`
 	Runtimes int `json:"runtimes"`
+	// Consumers is "group" when each runtime's agents share its group's
+	// consumers, "agent" when each agent reads its own.
+	Consumers string `json:"consumers"`
 	// Started is how many agents started; below Agents when Error says
 	// why the start stopped.
 	Started int `json:"started"`
@@ -247,6 +254,7 @@ type scaleRun struct {
 	driver *agentkit.Agent     // sends the burst and the requests
 	ids    []string
 	agents []*agentkit.Agent // the started ones
+	groups []*agentkit.Group // one per runtime, unless cfg.PerAgent
 	burst  atomic.Pointer[measurement]
 }
 
@@ -254,7 +262,10 @@ type scaleRun struct {
 // removes what it created: the agents, their stream and registry bucket.
 // It returns an error only when it cannot set up, or ctx ends.
 func (r *scaleRun) run(ctx context.Context, prefix string) (res ScaleResult, err error) {
-	res = ScaleResult{Agents: r.n, Runtimes: min(r.cfg.Runtimes, r.n), RequestRate: r.cfg.Rate}
+	res = ScaleResult{Agents: r.n, Runtimes: min(r.cfg.Runtimes, r.n), RequestRate: r.cfg.Rate, Consumers: "group"}
+	if r.cfg.PerAgent {
+		res.Consumers = "agent"
+	}
 	if r.scheme, err = subjects.New(prefix); err != nil {
 		return res, err
 	}
@@ -285,9 +296,23 @@ func (r *scaleRun) run(ctx context.Context, prefix string) (res ScaleResult, err
 		r.js.DeleteKeyValue(dctx, r.scheme.RegistryBucket())
 		deleteStream(r.js, r.scheme.Stream())
 	}()
+	if !r.cfg.PerAgent {
+		r.groups = make([]*agentkit.Group, len(cs)-1)
+		for i := range r.groups {
+			if r.groups[i], err = agentkit.NewGroup(cs[1+i], fmt.Sprintf("rt%d", i), agentkit.WithGroupScheme(r.scheme)); err != nil {
+				return res, err
+			}
+		}
+	}
 	// Whatever phase stops the row, every agent it started stops before
-	// their stream goes; after the drain phase none is left to stop.
-	defer func() { r.stopAll() }()
+	// their groups close and their stream goes; after the drain phase
+	// none is left to stop.
+	defer func() {
+		r.stopAll()
+		for _, g := range r.groups {
+			g.Close()
+		}
+	}()
 
 	// The driver is started first, so a start that fails is always one of
 	// the measured agents'. It does not register: it is the benchmark's
@@ -344,9 +369,16 @@ func (r *scaleRun) progress(phase string, m *measurement) *progress {
 }
 
 // newAgent creates agent i, registered (the default) with its heartbeats,
-// on its runtime's connection, handling the burst and the requests.
+// on its runtime's connection and in its group, handling the burst and
+// the requests, which are direct messages: it declares no fan-out action,
+// so it has no fan-out consumers.
 func (r *scaleRun) newAgent(i int) (*agentkit.Agent, error) {
-	a, err := agentkit.New(r.cs[1+i%(len(r.cs)-1)], r.ids[i], agentkit.WithScheme(r.scheme))
+	rt := i % (len(r.cs) - 1)
+	opts := []agentkit.Option{agentkit.WithScheme(r.scheme), agentkit.WithFanoutActions()}
+	if r.groups != nil {
+		opts = append(opts, agentkit.WithGroup(r.groups[rt]))
+	}
+	a, err := agentkit.New(r.cs[1+rt], r.ids[i], opts...)
 	if err != nil {
 		return nil, err
 	}
