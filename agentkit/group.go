@@ -60,6 +60,7 @@ type Group struct {
 	own      map[string]bool                  // the names of agents' own direct consumers
 	policies map[wire.Priority]DeliveryPolicy // the members' shared policies
 	members  map[string]*member               // the agents started in this process
+	joining  []*joinReq                       // the joins the next round takes
 	feeds    map[wire.Priority]*feed
 	parked   map[*parkedMsg]struct{} // messages for agents not running here
 	closed   bool
@@ -222,117 +223,183 @@ type catchUp struct {
 	until    uint64
 }
 
+// joinReq is one agent's join, which the next join round takes with the
+// others waiting (see Group.join).
+type joinReq struct {
+	id       string
+	inboxes  map[wire.Priority]*inbox
+	policies map[wire.Priority]DeliveryPolicy
+	sample   string
+
+	done     chan struct{} // closed once the round took it
+	catchUps []catchUp
+	err      error
+}
+
 // join adds agent id, whose receiver reads the inboxes, to the group:
 // the group's consumers filter its direct subjects from now on, and the
 // feeds hand its messages to inboxes. It returns the catch-ups the agent
-// must read for messages stored before the group took over.
+// must read for messages stored before the group took over. Agents that
+// start together join in one round: one update of each consumer for all
+// of them.
 func (g *Group) join(ctx context.Context, id string, inboxes map[wire.Priority]*inbox, policies map[wire.Priority]DeliveryPolicy, sample string) ([]catchUp, error) {
-	g.joinMu.Lock()
-	defer g.joinMu.Unlock()
-	if err := g.load(ctx); err != nil {
-		return nil, err
-	}
+	req := &joinReq{id: id, inboxes: inboxes, policies: policies, sample: sample, done: make(chan struct{})}
 	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return nil, ErrGroupClosed
-	}
-	if _, ok := g.members[id]; ok {
-		g.mu.Unlock()
-		return nil, fmt.Errorf("%w: agent %s runs in group %s already", ErrAlreadyStarted, id, g.name)
-	}
-	for p, pol := range policies {
-		if have, ok := g.policies[p]; ok && !sameConsumerPolicy(have, pol) {
-			g.mu.Unlock()
-			return nil, fmt.Errorf("%w: agent %s's %s policy differs from group %s's", ErrInvalidOption, id, p, g.name)
-		}
-	}
-	for p, pol := range policies {
-		g.policies[p] = pol
-	}
+	err := g.admit(req)
 	g.mu.Unlock()
-
-	// Until id is a member, the feeds hold its messages (see park); it
-	// becomes one once it is known which of them the group delivers.
-	skip, catchUps, err := g.take(ctx, id, policies, sample)
 	if err != nil {
 		return nil, err
 	}
-	g.mu.Lock()
-	g.members[id] = &member{inboxes: inboxes, skip: skip}
-	g.mu.Unlock()
-	return catchUps, nil
+	g.joinMu.Lock()
+	defer g.joinMu.Unlock()
+	select {
+	case <-req.done: // an earlier round took it
+	default:
+		g.mu.Lock()
+		batch := g.joining
+		g.joining = nil
+		g.mu.Unlock()
+		g.round(ctx, batch)
+	}
+	return req.catchUps, req.err
 }
 
-// take has the group's consumers deliver id's messages, and returns the
-// catch-ups of those they do not. A consumer whose filters gain id
-// delivers id's messages past its cursor, which the server moves only as
-// it looks for messages and does not report when it passes messages not
-// for the consumer. So a catch-up delivers every message of id up to the
-// stream's last sequence once the filters include it (until), and the
-// group acks without delivering any of those it is given (skip).
-func (g *Group) take(ctx context.Context, id string, policies map[wire.Priority]DeliveryPolicy, sample string) (skip map[wire.Priority]uint64, _ []catchUp, _ error) {
-	skip = map[wire.Priority]uint64{}
-	var catchUps []catchUp
-	var joined []wire.Priority
+// admit checks req against the group and queues it for the next round.
+// g.mu is held.
+func (g *Group) admit(req *joinReq) error {
+	if g.closed {
+		return ErrGroupClosed
+	}
+	if _, ok := g.members[req.id]; ok || slices.ContainsFunc(g.joining, func(o *joinReq) bool { return o.id == req.id }) {
+		return fmt.Errorf("%w: agent %s runs in group %s already", ErrAlreadyStarted, req.id, g.name)
+	}
+	for p, pol := range req.policies {
+		if have, ok := g.policies[p]; ok && !sameConsumerPolicy(have, pol) {
+			return fmt.Errorf("%w: agent %s's %s policy differs from group %s's", ErrInvalidOption, req.id, p, g.name)
+		}
+	}
+	for p, pol := range req.policies {
+		g.policies[p] = pol
+	}
+	g.joining = append(g.joining, req)
+	return nil
+}
+
+// round joins batch. Until an agent is a member, the feeds hold its
+// messages (see park); it becomes one once it is known which of them the
+// group delivers (see take).
+func (g *Group) round(ctx context.Context, batch []*joinReq) {
+	defer func() {
+		for _, req := range batch {
+			close(req.done)
+		}
+	}()
+	fail := func(err error) {
+		for _, req := range batch {
+			req.err = err
+		}
+	}
+	if err := g.load(ctx); err != nil {
+		fail(err)
+		return
+	}
+	joined, until, err := g.take(ctx, batch)
+	if err != nil {
+		fail(err)
+		return
+	}
+	for _, req := range batch {
+		skip := map[wire.Priority]uint64{}
+		req.catchUps, req.err = g.catchUps(ctx, req, joined[req.id], until)
+		if req.err != nil {
+			continue
+		}
+		for _, cu := range req.catchUps {
+			skip[cu.priority] = cu.until
+		}
+		g.mu.Lock()
+		g.members[req.id] = &member{inboxes: req.inboxes, skip: skip}
+		g.mu.Unlock()
+	}
+}
+
+// take has the group's consumers deliver the messages of the agents of
+// batch: it returns, per agent, the priorities whose consumer's filters
+// it joined, and the stream's last sequence once they had. A consumer
+// whose filters gain an agent delivers that agent's messages past its
+// cursor, which the server moves only as it looks for messages and does
+// not report when it passes messages not for the consumer. So a
+// catch-up delivers every message of a joining agent up to that last
+// sequence (until), and the group acks unread those it is given (skip).
+func (g *Group) take(ctx context.Context, batch []*joinReq) (joined map[string][]wire.Priority, until uint64, _ error) {
+	joined = map[string][]wire.Priority{}
 	for _, p := range priorities() {
-		pol := policies[p]
+		pol := batch[0].policies[p]
 		g.mu.Lock()
 		ids := slices.Clone(g.filters[p])
 		running := g.feeds[p] != nil
 		g.mu.Unlock()
-		isNew := !slices.Contains(ids, id)
-		if isNew {
-			ids = append(ids, id)
-		} else if running {
+		grew := false
+		for _, req := range batch {
+			if !slices.Contains(ids, req.id) {
+				ids = append(ids, req.id)
+				joined[req.id] = append(joined[req.id], p)
+				grew = true
+			}
+		}
+		if !grew && running {
 			continue
 		}
-		cfg, err := g.consumerConfig(p, pol, sample, ids)
+		cfg, err := g.consumerConfig(p, pol, batch[0].sample, ids)
 		if err != nil {
-			return nil, nil, err
+			return nil, 0, err
 		}
 		cons, err := g.js.CreateOrUpdateConsumer(ctx, g.scheme.Stream(), cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("agentkit: group consumer %s: %w", cfg.Durable, err)
+			return nil, 0, fmt.Errorf("agentkit: group consumer %s: %w", cfg.Durable, err)
 		}
 		g.mu.Lock()
 		g.filters[p] = ids
 		g.mu.Unlock()
 		g.startFeed(p, pol, cons)
-		if isNew {
-			joined = append(joined, p)
-		}
 	}
-	var until uint64
 	if len(joined) > 0 {
 		info, err := g.stream.Info(ctx)
 		if err != nil {
-			return nil, nil, fmt.Errorf("agentkit: group %s: stream: %w", g.name, err)
+			return nil, 0, fmt.Errorf("agentkit: group %s: stream: %w", g.name, err)
 		}
 		until = info.State.LastSeq
 	}
-	earlier := g.earlier(ctx, id)
+	return joined, until, nil
+}
+
+// catchUps returns the catch-ups of req's agent: for the priorities whose
+// filters it joined (joined) up to until, when it has a consumer of its
+// own or stored messages; for the others, any an earlier run left
+// unfinished.
+func (g *Group) catchUps(ctx context.Context, req *joinReq, joined []wire.Priority, until uint64) ([]catchUp, error) {
+	var out []catchUp
+	earlier := g.earlier(ctx, req.id)
 	for _, p := range priorities() {
-		own, _ := g.scheme.Consumer(id, string(p)) // id was validated by New
+		own, _ := g.scheme.Consumer(req.id, string(p)) // the id was validated by New
 		var cu *catchUp
 		var err error
 		switch {
 		case slices.Contains(joined, p):
 			if g.hasOwn(own) || earlier(p, until) {
-				cu, err = g.startCatchUp(ctx, id, p, policies[p], until)
+				cu, err = g.startCatchUp(ctx, req.id, p, req.policies[p], until)
 			}
 		case g.hasOwn(own):
 			cu, err = g.resumeCatchUp(ctx, own, p)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if cu != nil {
-			catchUps = append(catchUps, *cu)
-			skip[p] = cu.until
+			out = append(out, *cu)
 		}
 	}
-	return skip, catchUps, nil
+	return out, nil
 }
 
 // earlier returns a test of whether the stream holds a message for agent
