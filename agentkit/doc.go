@@ -15,7 +15,10 @@
 // and subscribed topics (created at the stream's end: a new agent gets no
 // history of them; see [WithFanoutActions]). Several Agent
 // values with one id are instances of one agent: they share the consumers
-// and split the work. [Agent.Drain] finishes in-flight work and stops;
+// and split the work. A process hosting many agents puts them in a [Group]
+// ([WithGroup]): they then share one direct consumer per priority,
+// "<group>_group-<priority>", instead of five each, which is what lets one
+// server carry thousands of agents. [Agent.Drain] finishes in-flight work and stops;
 // [Agent.Stop] stops at once and hands in-flight messages back. Both are
 // bounded once they have cancelled the handlers' contexts (Stop at once,
 // Drain when its ctx ends): a handler still running the stop grace later
