@@ -54,6 +54,15 @@ type instanceEntry struct {
 // expired reports whether the record has outlived its TTL at now.
 func (e instanceEntry) expired(now time.Time) bool { return e.rec.Expired(e.put, now) }
 
+// expiry returns when the record outlives its TTL; false if it never does.
+func (e instanceEntry) expiry() (time.Time, bool) {
+	ttl := e.rec.TTLSeconds
+	if ttl <= 0 || ttl > maxTTLSeconds || e.put.IsZero() {
+		return time.Time{}, false // as Expired: never
+	}
+	return e.put.Add(time.Duration(ttl) * time.Second), true
+}
+
 // health is what senders report about an agent: key "health.<agent>"
 // for the degraded mark, "unavailable.<agent>" (with a TTL) for the
 // unavailable one.
@@ -102,9 +111,14 @@ type View struct {
 	health    map[string]health                   // degraded marks
 	silent    map[string]health                   // unavailable marks
 	watchers  []chan Event
-	err       error         // why the watch ended by itself (nil: still watching, or Close)
-	ready     chan struct{} // closed when the initial load is done
-	ended     chan struct{} // closed, under mu, when the watch has ended: Watch channels start closed
+	// nextExpiry is when the first record in the cache can expire: a
+	// sweep before it has nothing to drop. Every instance renews its
+	// record each heartbeat, so the view scans its records about once a
+	// TTL less a heartbeat instead of every sweep.
+	nextExpiry time.Time
+	err        error         // why the watch ended by itself (nil: still watching, or Close)
+	ready      chan struct{} // closed when the initial load is done
+	ended      chan struct{} // closed, under mu, when the watch has ended: Watch channels start closed
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -265,37 +279,35 @@ const sweepEvery = time.Second
 // dropped by whichever comes first, this or the marker; the other finds
 // it gone and comes to the same status.
 func (r *View) dropExpired(now time.Time) []string {
-	// Most sweeps find nothing: they look under the read lock, which
-	// does not hold up readers.
+	// Most sweeps are before the first record can expire: they look
+	// under the read lock, which does not hold up readers.
 	r.mu.RLock()
-	found := false
-scan:
-	for _, insts := range r.instances {
-		for _, in := range insts {
-			if in.expired(now) {
-				found = true
-				break scan
-			}
-		}
-	}
+	early := now.Before(r.nextExpiry)
 	r.mu.RUnlock()
-	if !found {
+	if early {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var changed []string
+	next := time.Time{}
 	for agent, insts := range r.instances {
 		dropped := false
 		for inst, in := range insts {
 			if in.expired(now) {
 				r.drop(agent, inst, false)
 				dropped = true
+			} else if at, ok := in.expiry(); ok && (next.IsZero() || at.Before(next)) {
+				next = at
 			}
 		}
 		if dropped {
 			changed = append(changed, agent)
 		}
+	}
+	r.nextExpiry = next
+	if next.IsZero() {
+		r.nextExpiry = now.Add(time.Hour) // nothing can expire: apply brings it forward
 	}
 	slices.Sort(changed)
 	return changed
@@ -345,7 +357,11 @@ func (r *View) apply(e jetstream.KeyValueEntry) string {
 			if r.instances[agent] == nil {
 				r.instances[agent] = map[string]instanceEntry{}
 			}
-			r.instances[agent][inst] = instanceEntry{rec: rec, put: e.Created()}
+			entry := instanceEntry{rec: rec, put: e.Created()}
+			r.instances[agent][inst] = entry
+			if at, ok := entry.expiry(); ok && at.Before(r.nextExpiry) {
+				r.nextExpiry = at
+			}
 			delete(r.gone, agent)
 		default:
 			// Delete: the instance deregistered, it stopped cleanly. Purge:
