@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,24 +25,43 @@ import (
 // TestScale_AgentsOverRuntimes is the scale benchmark's scenario at a size
 // for CI (agentmesh bench --scale 100,300,1000 is the full run, with its
 // figures): 50 agents, registered with heartbeats and handlers, spread
-// over 20 connections as 20 processes would hold them, on one server with
-// default limits. Every agent starts and shows in the registry, a burst
-// spread over them is handled exactly once per message by its addressee,
-// and every Drain returns, leaving each agent STOPPED in the registry. No
-// timing is asserted: speed is the benchmark's business.
+// over 20 connections as 20 processes would hold them, the agents of each
+// in its group, on one server with default limits. Every agent starts and
+// shows in the registry, the message stream holds the groups' five
+// consumers each and no other, a burst spread over the agents is handled
+// exactly once per message by its addressee, and every Drain returns,
+// leaving each agent STOPPED in the registry. No timing is asserted:
+// speed is the benchmark's business. AGENTMESH_SCALE_AGENTS sets the
+// number of agents:
+//
+//	AGENTMESH_SCALE_AGENTS=1000 go test -modfile=go_test.mod -run TestScale_AgentsOverRuntimes -v ./e2e
 func TestScale_AgentsOverRuntimes(t *testing.T) {
 	const (
-		agents   = 50
 		runtimes = 20
-		burst    = 1000
 		parallel = 8 // agents starting at once
 	)
+	agents := 50
+	if v := os.Getenv("AGENTMESH_SCALE_AGENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("AGENTMESH_SCALE_AGENTS=%q: want a positive count", v)
+		}
+		agents = n
+	}
+	burst := 20 * agents
 	srv := natstest.RunServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	conns := make([]*nats.Conn, runtimes)
+	groups := make([]*agentkit.Group, runtimes)
 	for i := range conns {
 		conns[i] = natstest.Connect(t, srv, nats.Name(fmt.Sprintf("runtime-%d", i)))
+		g, err := agentkit.NewGroup(conns[i], fmt.Sprintf("runtime_%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close) // after the agents' Stop (cleanups run last first)
+		groups[i] = g
 	}
 
 	l := &ledger{seen: map[string]int{}}
@@ -49,7 +70,7 @@ func TestScale_AgentsOverRuntimes(t *testing.T) {
 	mesh := make([]*agentkit.Agent, agents)
 	for i := range agents {
 		ids[i] = fmt.Sprintf("scale_%d", i)
-		a, err := agentkit.New(conns[i%runtimes], ids[i])
+		a, err := agentkit.New(conns[i%runtimes], ids[i], agentkit.WithGroup(groups[i%runtimes]), agentkit.WithFanoutActions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,6 +100,13 @@ func TestScale_AgentsOverRuntimes(t *testing.T) {
 	}
 	defer reg.Close()
 	waitRegistry(t, reg, ids, agentkit.StatusReady)
+	stream, err := js.Stream(ctx, subjects.Default.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := stream.CachedInfo().State.Consumers; n != 5*min(runtimes, agents) {
+		t.Errorf("%d consumers on the message stream, want the groups' %d", n, 5*min(runtimes, agents))
+	}
 
 	sender, err := agentkit.New(natstest.Connect(t, srv), "scale_sender", agentkit.WithRegistration(false))
 	if err != nil {
@@ -102,7 +130,7 @@ func TestScale_AgentsOverRuntimes(t *testing.T) {
 	waitHandled(t, l, burst)
 	// Nothing pending or unacknowledged: no redelivery can still come.
 	waitSettled(t, ctx, mesh...)
-	if got, dups, wrong := l.unique.Load(), l.dups.Load(), misrouted.Load(); got != burst || dups != 0 || wrong != 0 {
+	if got, dups, wrong := l.unique.Load(), l.dups.Load(), misrouted.Load(); got != int64(burst) || dups != 0 || wrong != 0 {
 		t.Errorf("%d distinct messages handled (want %d), %d handled again, %d by an agent they were not addressed to", got, burst, dups, wrong)
 	}
 
