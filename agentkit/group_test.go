@@ -228,3 +228,113 @@ func TestGroup_RefusesDifferentPolicy(t *testing.T) {
 		t.Errorf("Start with another policy than the group's: %v, want ErrInvalidOption", err)
 	}
 }
+
+// Two processes running the same group and agents split the agents'
+// messages between them, each handled once.
+func TestGroup_TwoProcessesShareTheWork(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	recs := map[string]*recorder{}
+	for p := range 2 {
+		nc := m.conn()
+		g, err := agentkit.NewGroup(nc, "pool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		for _, id := range []string{"x", "y"} {
+			rec := &recorder{}
+			recs[fmt.Sprintf("%s@%d", id, p)] = rec
+			groupAgent(t, nc, g, id, rec)
+		}
+	}
+	sender := m.started("boss", nil, agentkit.WithFanoutActions())
+	const n = 200
+	for i := range n {
+		if _, err := sender.Send(ctx(t), []string{"x", "y"}[i%2], "work", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := func() (int, map[string]int) {
+		all := map[string]int{}
+		for _, r := range recs {
+			for id, k := range r.ids() {
+				all[id] += k
+			}
+		}
+		return len(all), all
+	}
+	eventually(t, 15*time.Second, "every message handled", func() bool { k, _ := total(); return k == n })
+	_, all := total()
+	for id, k := range all {
+		if k != 1 {
+			t.Errorf("message %s handled %d times", id, k)
+		}
+	}
+}
+
+// A forged Nats-Pin-Id on a member's message is terminated as for an agent
+// with consumers of its own, and the group's feed goes on reading.
+func TestGroup_ForgedPinID(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	nc := m.conn()
+	g, err := agentkit.NewGroup(nc, "proc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	var rec, other recorder
+	recv := groupAgent(t, nc, g, "recv", &rec)
+	groupAgent(t, nc, g, "other", &other)
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent.recv.normal.sender", Data: rawEnvelope(t, func(map[string]any) {}),
+		Header: nats.Header{"Nats-Pin-Id": {"forged-pin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the forged pin terminated", func() bool { return len(adv.of(subjects.EventTerminated, ack.Sequence)) == 1 })
+	sender := m.agent("sender")
+	for i := range 3 {
+		if _, err := sender.Send(ctx(t), "other", "work", nil); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "a group-mate's message after the forged pin", func() bool { return other.count() == i+1 })
+	}
+	if err := recv.Err(); err != nil {
+		t.Fatalf("Err() = %v", err)
+	}
+}
+
+// Close gives back at once what the group holds for agents not running.
+func TestGroup_CloseGivesBackHeldMessages(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	adv := m.watchAdvisories()
+	nc := m.conn()
+	g, err := agentkit.NewGroup(nc, "proc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b recorder
+	groupAgent(t, nc, g, "a", &a)
+	bAgent := groupAgent(t, nc, g, "b", &b)
+	bAgent.Stop()
+	sender := m.started("boss", nil, agentkit.WithFanoutActions())
+	if _, err := sender.Send(ctx(t), "b", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sender.Send(ctx(t), "a", "work", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a's message, after b's in the stream", func() bool { return a.count() == 1 })
+	g.Close()
+	eventually(t, 10*time.Second, "b's message NAKed", func() bool { return len(adv.of(subjects.EventNak, 0)) == 1 })
+	if b.count() != 0 {
+		t.Errorf("the stopped b handled %d messages", b.count())
+	}
+}
