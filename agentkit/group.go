@@ -588,8 +588,8 @@ func receiverToken(s subjects.Scheme, subject string) string {
 	return id
 }
 
-// Close stops the group's feeds and gives back the messages it holds for
-// agents not running here. Stop or drain the group's agents first: their
+// Close stops the group's feeds and gives back the messages it holds, or
+// has received, for agents not running here. Stop or drain the group's agents first: their
 // inboxes are theirs to hand back.
 func (g *Group) Close() {
 	g.mu.Lock()
@@ -602,7 +602,7 @@ func (g *Group) Close() {
 	g.feeds = map[wire.Priority]*feed{}
 	g.mu.Unlock()
 	for _, f := range feeds {
-		f.stop()
+		f.stop(true)
 		f.wg.Wait()
 	}
 	close(g.done)
@@ -724,14 +724,20 @@ func (f *feed) pause(d time.Duration) bool {
 	}
 }
 
-// stop ends the feed: what its iterator buffers is not read, so the
-// server redelivers it after its ack timeout.
-func (f *feed) stop() {
+// stop ends the feed. With drain, the messages its iterator buffers are
+// still routed (the group holds those of agents no longer running, and
+// Close gives them back); without, the server redelivers them after
+// their ack timeout.
+func (f *feed) stop(drain bool) {
 	f.once.Do(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		close(f.stopped)
-		if f.it != nil {
+		switch {
+		case f.it == nil:
+		case drain:
+			f.it.Drain()
+		default:
 			f.it.Stop()
 		}
 	})
