@@ -308,12 +308,22 @@ func (g *Group) round(ctx context.Context, batch []*joinReq) {
 		fail(err)
 		return
 	}
+	// Each agent's catch-ups take a round trip or two: asked for at once.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
 	for _, req := range batch {
-		skip := map[wire.Priority]uint64{}
-		req.catchUps, req.err = g.catchUps(ctx, req, joined[req.id], until)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			req.catchUps, req.err = g.catchUps(ctx, req, joined[req.id], until)
+		})
+	}
+	wg.Wait()
+	for _, req := range batch {
 		if req.err != nil {
 			continue
 		}
+		skip := map[wire.Priority]uint64{}
 		for _, cu := range req.catchUps {
 			skip[cu.priority] = cu.until
 		}
@@ -333,6 +343,13 @@ func (g *Group) round(ctx context.Context, batch []*joinReq) {
 // sequence (until), and the group acks unread those it is given (skip).
 func (g *Group) take(ctx context.Context, batch []*joinReq) (joined map[string][]wire.Priority, until uint64, _ error) {
 	joined = map[string][]wire.Priority{}
+	type update struct {
+		p   wire.Priority
+		pol DeliveryPolicy
+		cfg jetstream.ConsumerConfig
+		ids []string
+	}
+	var updates []update
 	for _, p := range priorities() {
 		pol := batch[0].policies[p]
 		g.mu.Lock()
@@ -354,14 +371,27 @@ func (g *Group) take(ctx context.Context, batch []*joinReq) (joined map[string][
 		if err != nil {
 			return nil, 0, err
 		}
-		cons, err := g.js.CreateOrUpdateConsumer(ctx, g.scheme.Stream(), cfg)
-		if err != nil {
-			return nil, 0, fmt.Errorf("agentkit: group consumer %s: %w", cfg.Durable, err)
-		}
-		g.mu.Lock()
-		g.filters[p] = ids
-		g.mu.Unlock()
-		g.startFeed(p, pol, cons)
+		updates = append(updates, update{p, pol, cfg, ids})
+	}
+	// The five consumers are updated at once: a round trip, not five.
+	errs := make([]error, len(updates))
+	var wg sync.WaitGroup
+	for i, u := range updates {
+		wg.Go(func() {
+			cons, err := g.js.CreateOrUpdateConsumer(ctx, g.scheme.Stream(), u.cfg)
+			if err != nil {
+				errs[i] = fmt.Errorf("agentkit: group consumer %s: %w", u.cfg.Durable, err)
+				return
+			}
+			g.mu.Lock()
+			g.filters[u.p] = u.ids
+			g.mu.Unlock()
+			g.startFeed(u.p, u.pol, cons)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, err
 	}
 	if len(joined) > 0 {
 		info, err := g.stream.Info(ctx)
