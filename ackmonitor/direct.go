@@ -101,10 +101,19 @@ func (in *intake) directIntake(ctx context.Context) {
 		if !in.lease.activeWithin(directGrace) {
 			continue // the active instance records them; the stream has them for a takeover
 		}
-		var b store.Batch
+		since := time.Now() // the messages were received before
+		var events []*store.Event
 		for _, msg := range msgs {
 			if e, ok := in.parseAdvisory(msg.Subject, msg.Data); ok && e.ID != "" && !in.direct.written(e.ID) {
-				b.Events = append(b.Events, e)
+				events = append(events, &e)
+			}
+		}
+		// An event not attributed now (nil tries: it is not put off) is
+		// left to the events stream, whose intake tries again.
+		var b store.Batch
+		for i, v := range in.attributeGroupEvents(ctx, events, nil, since) {
+			if v == eventKept {
+				b.Events = append(b.Events, *events[i])
 			}
 		}
 		applied, err := in.apply(ctx, b)

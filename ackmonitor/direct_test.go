@@ -83,7 +83,7 @@ func TestEventsBatch_SkipsWrittenEvents(t *testing.T) {
 		msgs = append(msgs, msg)
 	}
 	m.intake.direct.add([]store.Event{{ID: "written"}})
-	b := m.intake.eventsBatch(msgs)
+	b := m.intake.eventsBatch(ctx, msgs)
 	if len(b.Events) != 1 || b.Events[0].ID != "new" || !slices.Equal(b.kinds, []string{"ACK", "ACK"}) || !b.newest.Equal(at.Add(time.Second)) {
 		t.Errorf("batch events %+v, kinds %v, newest %v; want only %q, two ACKs, the written one's %v", b.Events, b.kinds, b.newest, "new", at.Add(time.Second))
 	}

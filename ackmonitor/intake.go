@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,6 +33,9 @@ type intake struct {
 	followUps *followUps
 	unknown   *unknownReceivers // checks the new sends' receivers
 	direct    *directEvents     // events directIntake wrote
+	groups    *groupMembers     // the group consumers' members, for attributing their events
+	seqs      *seqReceivers     // the latest sends' receivers, by stream sequence
+	mesh      jetstream.Stream  // set by Run before the intake starts; nil in tests that do not run
 
 	eventsHeld atomic.Int64  // events this instance fetched and has not yet acked
 	applied    atomic.Uint64 // stream messages committed to the ledger
@@ -171,25 +175,62 @@ func (in *intake) parseSend(msg jetstream.Msg, body []byte) (store.Send, bool) {
 // intakeBatch is what one fetch of stream messages amounts to: the ledger
 // batch to write, each message's kind (for the metrics), and the newest
 // event or send time among them (for the lag), also of events directIntake
-// wrote already and the batch leaves out.
+// wrote already and the batch leaves out. later marks the messages to be
+// redelivered instead of acked once the batch is written (nil: none).
 type intakeBatch struct {
 	store.Batch
 	kinds  []string
 	newest time.Time
+	later  []bool
 }
 
-func (in *intake) eventsBatch(msgs []jetstream.Msg) intakeBatch {
+// anyLater reports whether some message of b waits for its redelivery.
+func (b *intakeBatch) anyLater() bool { return slices.Contains(b.later, true) }
+
+func (in *intake) eventsBatch(ctx context.Context, msgs []jetstream.Msg) intakeBatch {
+	since := time.Now() // the messages were received before
 	b := intakeBatch{kinds: make([]string, len(msgs))}
+	events := make([]store.Event, len(msgs))
+	var todo []*store.Event // parsed, and not written by directIntake
+	var todoAt []int
+	var tries []uint64
 	for i, msg := range msgs {
 		e, ok := in.parseEvent(msg)
 		if !ok {
 			b.kinds[i] = "ignored"
 			continue
 		}
+		events[i] = e
+		b.kinds[i] = string(e.Kind)
 		if !in.direct.written(e.ID) {
-			b.Events = append(b.Events, e)
+			todo, todoAt = append(todo, &events[i]), append(todoAt, i)
+			n := uint64(1)
+			if md, err := msg.Metadata(); err == nil {
+				n = md.NumDelivered
+			}
+			tries = append(tries, n)
 		}
-		b.kinds[i], b.newest = string(e.Kind), maxTime(b.newest, e.At)
+	}
+	verdicts := in.attributeGroupEvents(ctx, todo, tries, since)
+	skip := make([]bool, len(msgs))
+	for j, v := range verdicts {
+		i := todoAt[j]
+		switch v {
+		case eventIgnored:
+			b.kinds[i], skip[i] = "ignored", true
+		case eventLater:
+			if b.later == nil {
+				b.later = make([]bool, len(msgs))
+			}
+			b.kinds[i], skip[i], b.later[i] = "", true, true
+		default:
+			b.Events = append(b.Events, *todo[j])
+		}
+	}
+	for i := range msgs {
+		if b.kinds[i] != "ignored" && !skip[i] {
+			b.newest = maxTime(b.newest, events[i].At)
+		}
 	}
 	return b
 }
@@ -202,8 +243,14 @@ func (in *intake) sendsBatch(ctx context.Context, mesh jetstream.Stream, msgs []
 	for i, msg := range msgs {
 		s, ok := in.parseSend(msg, bodies[i])
 		if !ok {
+			in.seqs.add(streamSeq(msg), directTo{}) // no valid mesh message
 			b.kinds[i] = "ignored"
 			continue
+		}
+		if s.Kind == string(subjects.KindDirect) {
+			in.seqs.add(s.StreamSeq, directTo{receiver: s.Receiver, priority: s.Priority})
+		} else {
+			in.seqs.add(s.StreamSeq, directTo{})
 		}
 		b.Sends = append(b.Sends, s)
 		b.kinds[i], b.newest = "send", maxTime(b.newest, s.SentAt)
@@ -214,7 +261,7 @@ func (in *intake) sendsBatch(ctx context.Context, mesh jetstream.Stream, msgs []
 // pullEvents writes the consumer events of cons, the events consumer,
 // until ctx is done (pull).
 func (in *intake) pullEvents(ctx context.Context, cons jetstream.Consumer) {
-	in.pull(ctx, cons, true, in.eventsBatch)
+	in.pull(ctx, cons, true, func(msgs []jetstream.Msg) intakeBatch { return in.eventsBatch(ctx, msgs) })
 }
 
 // pullSends writes the sends of cons, the sends consumer on mesh, until
@@ -341,7 +388,9 @@ func (in *intake) pull(ctx context.Context, cons jetstream.Consumer, isEvents bo
 				delete(refused, streamSeq(msg)) // written after all
 			}
 		}
-		if whole {
+		if b.anyLater() {
+			nakedUntil = time.Now().Add(attributeNakDelay).UnixNano()
+		} else if whole {
 			through(pulled)
 		}
 	}
@@ -350,13 +399,21 @@ func (in *intake) pull(ctx context.Context, cons jetstream.Consumer, isEvents bo
 // committed acks msgs, whose batch b the ledger has written, and counts
 // them.
 func (in *intake) committed(msgs []jetstream.Msg, b intakeBatch, applied store.Applied) {
-	for _, msg := range msgs {
+	acked := 0
+	for i, msg := range msgs {
+		if b.later != nil && b.later[i] {
+			_ = msg.NakWithDelay(attributeNakDelay)
+			continue
+		}
 		_ = msg.Ack() // a lost ack means a redelivery, which the ledger ignores
+		acked++
 	}
 	for _, k := range b.kinds {
-		in.metrics.events.WithLabelValues(k).Inc()
+		if k != "" { // counted when it is written
+			in.metrics.events.WithLabelValues(k).Inc()
+		}
 	}
-	in.applied.Add(uint64(len(msgs)))
+	in.applied.Add(uint64(acked))
 	in.metrics.batches.Inc()
 	in.recorded(applied)
 	if !b.newest.IsZero() {

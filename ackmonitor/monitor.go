@@ -39,6 +39,7 @@ type Monitor struct {
 	intake    *intake
 	followUps *followUps
 	unknown   *unknownReceivers
+	groups    *groupMembers
 
 	evaluatedAt atomic.Int64 // UnixNano when an alert evaluation last completed
 
@@ -87,9 +88,10 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 		lease: newLease(cfg.PinnedTTL, cfg.StatusInterval)}
 	m.followUps = &followUps{cfg: &m.cfg, nc: nc, js: js, dlq: copier, sender: sender, metrics: m.metrics, lease: m.lease,
 		kick: make(chan struct{}, 1)}
+	m.groups = newGroupMembers(js, cfg.Scheme, cfg.Logger)
 	m.unknown = newUnknownReceivers(&m.cfg, js, m.metrics)
 	m.intake = &intake{cfg: &m.cfg, nc: nc, metrics: m.metrics, lease: m.lease, followUps: m.followUps,
-		unknown: m.unknown, direct: newDirectEvents(directRemembered)}
+		unknown: m.unknown, direct: newDirectEvents(directRemembered), groups: m.groups, seqs: newSeqReceivers(seqRemembered)}
 	return m, nil
 }
 
@@ -123,6 +125,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	if err := m.provision(ctx); err != nil {
 		return err
 	}
+	m.intake.mesh = m.mesh // before the intake starts
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -1,0 +1,313 @@
+package ackmonitor_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/internal/metricstest"
+	"github.com/agentmesh-io/agentmesh/subjects"
+)
+
+// groupPolicy delivers each message twice at most, half a second apart,
+// so a message left unacked is exhausted within a test.
+var groupPolicy = agentkit.DeliveryPolicy{BackOff: []time.Duration{500 * time.Millisecond}, MaxDeliver: 2}
+
+// directConsumer creates agent id's own direct consumer at normal
+// priority, as agentkit does, with sampling (SampleFrequency) sample.
+func directConsumer(t *testing.T, js jetstream.JetStream, id, sample string) jetstream.Consumer {
+	t.Helper()
+	cfg, err := agentkit.ConsumerConfig(subjects.Default, id, wire.PriorityNormal, groupPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.SampleFrequency = sample
+	c, err := js.CreateOrUpdateConsumer(testCtx(t), subjects.Default.Stream(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// groupConsumer creates or updates group's consumer at normal priority
+// for the agents ids, with agentkit's configuration of an agent's direct
+// consumer but their direct filters for filters.
+func groupConsumer(t *testing.T, js jetstream.JetStream, group, sample string, ids ...string) jetstream.Consumer {
+	t.Helper()
+	s := subjects.Default
+	cfg, err := agentkit.ConsumerConfig(s, ids[0], wire.PriorityNormal, groupPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Durable, err = s.GroupConsumer(group, "normal"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Description, cfg.FilterSubject, cfg.SampleFrequency = "agentmesh group "+group, "", sample
+	for _, id := range ids {
+		f, err := s.DirectFilter(id, "normal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.FilterSubjects = append(cfg.FilterSubjects, f)
+	}
+	c, err := js.CreateOrUpdateConsumer(testCtx(t), s.Stream(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// handling is what a receiver does with each delivery of a message.
+type handling string
+
+const (
+	handleAck     handling = "ack"      // acks the first delivery
+	handleNakOnce handling = "nak-once" // NAKs the first delivery, acks the second
+	handleTerm    handling = "term"     // terminates it with a reason
+	handleIgnore  handling = "ignore"   // lets every delivery time out
+	handleNakAll  handling = "nak-all"  // NAKs every delivery
+)
+
+// receive pulls from consumers until ctx is done, handling each message
+// as plan says (by message id; unplanned messages are acked).
+func receive(ctx context.Context, t *testing.T, plan map[string]handling, consumers ...jetstream.Consumer) {
+	for ctx.Err() == nil {
+		for _, c := range consumers {
+			batch, err := c.Fetch(20, jetstream.FetchMaxWait(100*time.Millisecond))
+			if err != nil {
+				continue
+			}
+			for msg := range batch.Messages() {
+				md, err := msg.Metadata()
+				if err != nil {
+					t.Errorf("metadata: %v", err)
+					continue
+				}
+				switch plan[msg.Headers().Get(wire.HeaderMsgID)] {
+				case handleNakOnce:
+					if md.NumDelivered == 1 {
+						_ = msg.Nak()
+					} else {
+						_ = msg.DoubleAck(ctx)
+					}
+				case handleTerm:
+					_ = msg.TermWithReason("NOT_FOUND: no such order")
+				case handleIgnore:
+				case handleNakAll:
+					_ = msg.Nak()
+				default:
+					_ = msg.DoubleAck(ctx)
+				}
+			}
+		}
+	}
+}
+
+// normalized is what must be the same of a message's row whichever
+// consumer delivered it.
+type normalized struct {
+	Consumer, Receiver, Priority, Sender, Status, NackReason string
+	Deliveries, RetryCount, Naks, Timeouts                   int
+	NakExhausted, Acknowledged, AckTime, Sent                bool
+	History                                                  []store.EventKind
+}
+
+func normalize(r store.Record, receiver string) normalized {
+	n := normalized{Consumer: r.Consumer, Receiver: r.Receiver, Priority: r.Priority, Sender: r.Sender, Status: r.Status,
+		NackReason: r.NackReason, Deliveries: r.Deliveries, RetryCount: r.RetryCount, Naks: r.Naks, Timeouts: r.Timeouts,
+		NakExhausted: r.NakExhausted, Acknowledged: !r.AcknowledgedAt.IsZero(), AckTime: r.ProcessingTime > 0, Sent: !r.SentAt.IsZero()}
+	for _, e := range r.History {
+		n.History = append(n.History, e.Kind)
+	}
+	// The comparison is of one message sent to a group member and to an
+	// agent with its own consumer: the receiver's name is the difference.
+	if n.Receiver == receiver {
+		n.Receiver, n.Consumer = "R", "R_"+r.Priority
+	}
+	return n
+}
+
+// TestGroups_EventsAttributedToReceivers runs the same messages through a
+// group consumer of three agents and through three agents' own
+// consumers: the ledger rows of the group's members (receiver, priority,
+// outcome, deliveries, NAKs, ack time) are those of the agents with their
+// own consumer, the group has no row, no member is listed as a receiver
+// without a consumer, and events the group's filters do not cover are
+// attributed to nobody.
+func TestGroups_EventsAttributedToReceivers(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []storeKind{sqliteStore, postgresStore} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			testGroupAttribution(t, kind)
+		})
+	}
+}
+
+func testGroupAttribution(t *testing.T, kind storeKind) {
+	m := newMesh(t)
+	st := openStore(t, kind)
+	ctx := testCtx(t)
+	mon := startMonitor(t, m.s, fastConfig(st))
+	api := httptest.NewServer(mon.Handler())
+	t.Cleanup(api.Close)
+	js := m.jetstream()
+	group := groupConsumer(t, js, "host", "100", "g1", "g2", "g3")
+	own := []jetstream.Consumer{directConsumer(t, js, "o1", "100"), directConsumer(t, js, "o2", "100"), directConsumer(t, js, "o3", "100")}
+
+	// No agent runs for g1..g3 or o1..o3: the client only sends.
+	client := m.agent("client", nil)
+	type message struct {
+		to, peer string // a member and the agent with its own consumer
+		h        handling
+	}
+	messages := []message{
+		{"g1", "o1", handleAck}, {"g2", "o2", handleAck}, {"g1", "o1", handleNakOnce},
+		{"g3", "o3", handleTerm}, {"g2", "o2", handleIgnore}, {"g3", "o3", handleNakAll},
+	}
+	plan := map[string]handling{}
+	type sent struct {
+		seq     uint64
+		to, msg string
+	}
+	var members, peers []sent
+	seqOf := func(env *wire.Envelope) uint64 {
+		t.Helper()
+		raw, err := js.Stream(ctx, subjects.Default.Stream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		subj, _ := subjects.Default.Direct(env.ReceiverID, "normal", "client")
+		msg, err := raw.GetLastMsgForSubject(ctx, subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Sequence
+	}
+	for _, msg := range messages {
+		for _, to := range []string{msg.to, msg.peer} {
+			env, err := client.Send(ctx, to, "work", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan[env.MessageID] = msg.h
+			s := sent{seqOf(env), to, env.MessageID}
+			if to == msg.to {
+				members = append(members, s)
+			} else {
+				peers = append(peers, s)
+			}
+		}
+	}
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { receive(rctx, t, plan, append(own, group)...) })
+	t.Cleanup(func() { stop(); wg.Wait() })
+
+	var rows [2][]store.Record
+	eventually(t, 30*time.Second, "every row final", func() bool {
+		for k, list := range [2][]sent{members, peers} {
+			rows[k] = rows[k][:0]
+			for _, s := range list {
+				r, err := st.Get(ctx, store.Key{StreamSeq: s.seq, Consumer: s.to + "_normal"})
+				if err != nil || r.Status == "" || r.SentAt.IsZero() {
+					return false
+				}
+				rows[k] = append(rows[k], r)
+			}
+		}
+		return true
+	})
+	for i := range messages {
+		g, o := normalize(rows[0][i], members[i].to), normalize(rows[1][i], peers[i].to)
+		gj, _ := json.Marshal(g)
+		oj, _ := json.Marshal(o)
+		if string(gj) != string(oj) {
+			t.Errorf("message %d (%s): the member's row\n%s\ndiffers from the own consumer's\n%s", i, messages[i].h, gj, oj)
+		}
+	}
+	want := map[handling]string{handleAck: store.StatusACK, handleNakOnce: store.StatusACK, handleTerm: store.StatusNACK,
+		handleIgnore: store.StatusTimeout, handleNakAll: store.StatusTimeout}
+	for i, r := range rows[0] {
+		if r.Receiver != members[i].to || r.Priority != "normal" || r.Status != want[messages[i].h] {
+			t.Errorf("member row %d/%s: receiver %q priority %q status %q; want %s, normal, %s",
+				r.StreamSeq, r.Consumer, r.Receiver, r.Priority, r.Status, members[i].to, want[messages[i].h])
+		}
+		if r.Status == store.StatusACK && r.ProcessingTime <= 0 {
+			t.Errorf("member row %d/%s: acked without an ack time", r.StreamSeq, r.Consumer)
+		}
+	}
+	if r := rows[0][5]; !r.NakExhausted || r.Naks != 2 {
+		t.Errorf("the member's NAK-exhausted row: %+v", r)
+	}
+	for _, g := range []string{"g1", "g2", "g3"} {
+		rate := rateOf(t, st, g, "normal")
+		if rate.Pending != 0 || rate.Resolved() == 0 {
+			t.Errorf("%s: %+v; want its messages resolved", g, rate)
+		}
+	}
+
+	// Events of the group about a message to an agent it does not host,
+	// about a broadcast and about no message at all are ignored.
+	ignored := func() float64 {
+		v, err := metricstest.Value(api.URL+"/metrics", `ackmonitor_events_processed_total{kind="ignored"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := ignored()
+	outsider, err := client.Send(ctx, "outsider", "work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outsiderSeq := seqOf(outsider)
+	if _, err := client.Broadcast(ctx, "news", nil); err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, subjects.Default.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.CachedInfo().State.LastSeq
+	for i, seq := range []uint64{outsiderSeq, last, last + 1000} {
+		forgeEvent(t, js, subjects.EventTerminated, "host_group-normal", seq, "forged-"+string(rune('a'+i)))
+	}
+	eventually(t, 20*time.Second, "the forged events ignored", func() bool { return ignored() >= before+3 })
+	r, err := st.Get(ctx, store.Key{StreamSeq: outsiderSeq, Consumer: "outsider_normal"})
+	if err != nil || r.Status != "" || len(r.History) != 0 {
+		t.Errorf("the outsider's row: %+v, %v; want pending without events", r, err)
+	}
+	if recs, err := st.Messages(ctx, store.Query{Receiver: "", Status: store.StatusNACK, Limit: 100}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, r := range recs {
+			if r.Consumer == "host_group-normal" || r.Receiver == "" || r.Receiver == "outsider" {
+				t.Errorf("a row of no member: %+v", r)
+			}
+		}
+	}
+}
+
+// forgeEvent publishes a consumer event of kind from consumer about the
+// message at seq of the mesh stream, as the server would.
+func forgeEvent(t *testing.T, js jetstream.JetStream, kind subjects.EventKind, consumer string, seq uint64, id string) {
+	t.Helper()
+	subj, err := subjects.EventSubject(kind, subjects.Default.Stream(), consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(map[string]any{"id": id, "timestamp": time.Now().UTC(), "stream": subjects.Default.Stream(),
+		"consumer": consumer, "stream_seq": seq, "deliveries": 1, "reason": "NOT_FOUND: forged"})
+	if _, err := js.Publish(testCtx(t), subj, data); err != nil {
+		t.Fatal(err)
+	}
+}
