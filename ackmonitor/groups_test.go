@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentmesh-io/agentmesh/ackmonitor"
 	"github.com/agentmesh-io/agentmesh/ackmonitor/store"
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
@@ -282,6 +283,25 @@ func testGroupAttribution(t *testing.T, kind storeKind) {
 		forgeEvent(t, js, subjects.EventTerminated, "host_group-normal", seq, "forged-"+string(rune('a'+i)))
 	}
 	eventually(t, 20*time.Second, "the forged events ignored", func() bool { return ignored() >= before+3 })
+	// The members are no receivers without a consumer; the outsider,
+	// whose message was sent after theirs and is checked after them, is.
+	var unknown struct {
+		Receivers []ackmonitor.UnknownReceiver `json:"unknown_receivers"`
+	}
+	eventually(t, 20*time.Second, "the outsider listed as a receiver without a consumer", func() bool {
+		getJSON(t, api.URL+"/api/v1/unknown_receivers", &unknown)
+		for _, u := range unknown.Receivers {
+			if u.Receiver == "outsider" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, u := range unknown.Receivers {
+		if u.Receiver != "outsider" && u.Receiver != "director" { // the escalations' default director
+			t.Errorf("%s listed as a receiver without a consumer", u.Receiver)
+		}
+	}
 	r, err := st.Get(ctx, store.Key{StreamSeq: outsiderSeq, Consumer: "outsider_normal"})
 	if err != nil || r.Status != "" || len(r.History) != 0 {
 		t.Errorf("the outsider's row: %+v, %v; want pending without events", r, err)

@@ -90,6 +90,7 @@ func New(nc *nats.Conn, cfg Config) (*Monitor, error) {
 		kick: make(chan struct{}, 1)}
 	m.groups = newGroupMembers(js, cfg.Scheme, cfg.Logger)
 	m.unknown = newUnknownReceivers(&m.cfg, js, m.metrics)
+	m.unknown.groups = m.groups
 	m.intake = &intake{cfg: &m.cfg, nc: nc, metrics: m.metrics, lease: m.lease, followUps: m.followUps,
 		unknown: m.unknown, direct: newDirectEvents(directRemembered), groups: m.groups, seqs: newSeqReceivers(seqRemembered)}
 	return m, nil

@@ -62,6 +62,7 @@ type unknownReceivers struct {
 	js      jetstream.JetStream
 	metrics *metrics
 	queue   chan store.Send
+	groups  *groupMembers // nil: no group consumer is looked at (tests)
 
 	mu     sync.Mutex
 	seen   map[string]consumerSeen // consumer → last lookup
@@ -119,8 +120,9 @@ func (u *unknownReceivers) run(ctx context.Context) {
 	}
 }
 
-// exists reports whether the mesh stream has consumer, from the cache when
-// it is fresh.
+// exists reports whether consumer (a receiver's direct consumer) is in
+// the mesh stream or a group consumer's filters include its receiver's,
+// from the cache when it is fresh.
 func (u *unknownReceivers) exists(ctx context.Context, consumer string) (bool, error) {
 	now := time.Now()
 	u.mu.Lock()
@@ -132,8 +134,19 @@ func (u *unknownReceivers) exists(ctx context.Context, consumer string) (bool, e
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := u.js.Consumer(lctx, u.cfg.Scheme.Stream(), consumer)
+	found := err == nil
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		if u.groups == nil {
+			break
+		}
+		// A member's messages are its group consumer's to deliver. The
+		// group consumers are listed at most every consumerMissingFor.
+		group, gerr := u.groups.groupOf(lctx, consumer, now.Add(-consumerMissingFor))
+		if gerr != nil {
+			return false, gerr
+		}
+		found = group != ""
 	case err != nil:
 		return false, err
 	}
@@ -142,8 +155,8 @@ func (u *unknownReceivers) exists(ctx context.Context, consumer string) (bool, e
 	if len(u.seen) >= 10*maxUnknownListed {
 		clear(u.seen) // made-up receivers: a cache, so start again
 	}
-	u.seen[consumer] = consumerSeen{exists: err == nil, at: now}
-	return err == nil, nil
+	u.seen[consumer] = consumerSeen{exists: found, at: now}
+	return found, nil
 }
 
 // record counts a message to an unknown receiver and lists it.
