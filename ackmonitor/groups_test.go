@@ -331,3 +331,96 @@ func forgeEvent(t *testing.T, js jetstream.JetStream, kind subjects.EventKind, c
 		t.Fatal(err)
 	}
 }
+
+// TestGroups_AckFloorOfTheGroup: with ack sampling off, the ACKs of a
+// group's members are inferred from the group consumer's ack floor, while
+// a member's own (catch-up) consumer, which delivers what was stored
+// before the member joined, still exists its floor is the one read: the
+// group's is past the messages it has yet to deliver.
+func TestGroups_AckFloorOfTheGroup(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	startMonitor(t, m.s, fastConfig(st))
+	js := m.jetstream()
+	client := m.agent("client", nil)
+	send := func(to string) uint64 {
+		t.Helper()
+		env, err := client.Send(ctx, to, "work", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mesh, err := js.Stream(ctx, subjects.Default.Stream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		subj, _ := subjects.Default.Direct(env.ReceiverID, "normal", "client")
+		msg, err := mesh.GetLastMsgForSubject(ctx, subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Sequence
+	}
+	fetchAck := func(c jetstream.Consumer, n int) []uint64 {
+		t.Helper()
+		batch, err := c.FetchNoWait(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		for msg := range batch.Messages() {
+			md, _ := msg.Metadata()
+			seqs = append(seqs, md.Sequence.Stream)
+			if err := msg.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return seqs
+	}
+	inferred := func(seq uint64, consumer string) bool {
+		r, err := st.Get(ctx, store.Key{StreamSeq: seq, Consumer: consumer})
+		return err == nil && r.InferredAck() && r.ProcessingTime == 0 && !r.SentAt.IsZero()
+	}
+
+	// c1 joins the group once the group is past its first message, which
+	// its catch-up consumer delivers.
+	group := groupConsumer(t, js, "host", "", "a1")
+	catchUp := directConsumer(t, js, "c1", "")
+	before, first := send("c1"), send("a1")
+	deliveries := func(n int) []uint64 {
+		t.Helper()
+		var got []uint64
+		eventually(t, 10*time.Second, "the group's deliveries", func() bool {
+			got = append(got, fetchAck(group, 10)...)
+			return len(got) >= n
+		})
+		return got
+	}
+	if got := deliveries(1); len(got) != 1 || got[0] != first {
+		t.Fatalf("the group delivered %v; want %d", got, first)
+	}
+	groupConsumer(t, js, "host", "", "a1", "c1")
+	after, member := send("c1"), send("a1")
+	if got := deliveries(2); len(got) != 2 || got[0] != after || got[1] != member {
+		t.Fatalf("the group delivered %v; want %d and %d", got, after, member)
+	}
+	eventually(t, 20*time.Second, "a1's ACK inferred from the group's floor", func() bool { return inferred(member, "a1_normal") })
+	if r, err := st.Get(ctx, store.Key{StreamSeq: after, Consumer: "c1_normal"}); err != nil || r.Status != "" {
+		t.Errorf("c1's message the group acked, while c1's catch-up consumer is behind: %+v, %v; want pending", r, err)
+	}
+	if got := fetchAck(catchUp, 1); len(got) != 1 || got[0] != before {
+		t.Fatalf("the catch-up consumer delivered %v; want %d", got, before)
+	}
+	if err := js.DeleteConsumer(ctx, subjects.Default.Stream(), "c1_normal"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "c1's ACKs inferred", func() bool {
+		return inferred(before, "c1_normal") && inferred(after, "c1_normal")
+	})
+	for _, agent := range []string{"a1", "c1"} {
+		if r := rateOf(t, st, agent, "normal"); r.Pending != 0 || r.Acked == 0 || r.Nacked+r.TimedOut != 0 {
+			t.Errorf("%s: %+v; want only ACKs", agent, r)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package ackmonitor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -109,6 +111,7 @@ func (m *Monitor) reconcile(ctx context.Context, prev reconcileCheck) (reconcile
 	}
 	floors := map[string]uint64{} // consumer → ack floor (0: none to trust)
 	now := time.Now().UTC()
+	started := time.Now()
 	next := map[store.Key]struct{}{}
 	var inferred []store.Event
 	// Rows below the stream's first sequence cannot be inferred (below):
@@ -121,7 +124,7 @@ func (m *Monitor) reconcile(ctx context.Context, prev reconcileCheck) (reconcile
 		for _, r := range recs {
 			floor, ok := floors[r.Consumer]
 			if !ok {
-				floor = m.ackFloor(ctx, r.Consumer)
+				floor = m.rowFloor(ctx, r.Consumer, floors, started)
 				floors[r.Consumer] = floor
 			}
 			// Below the first sequence the message is gone (MaxAge): the
@@ -166,17 +169,53 @@ func (m *Monitor) reconcile(ctx context.Context, prev reconcileCheck) (reconcile
 	return check, nil
 }
 
+// rowFloor returns the ack floor of the rows of consumer: its own, or,
+// when an agent's direct consumer does not exist, that of the group
+// consumer whose filters include the agent's (the group delivers its
+// messages). While the agent's own consumer exists it is the one to ask:
+// a member's catch-up consumer delivers the messages stored before the
+// agent joined, behind the group's floor. floors caches the groups'
+// floors for the pass that started at started; the group consumers are
+// listed again for a member the last listing, before the pass, did not
+// know.
+func (m *Monitor) rowFloor(ctx context.Context, consumer string, floors map[string]uint64, started time.Time) uint64 {
+	floor, err := m.ackFloor(ctx, consumer)
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) || m.groups.isGroup(consumer) {
+		return floor
+	}
+	if c, err := m.cfg.Scheme.ParseConsumerName(consumer); err != nil || c.Priority == "" || c.Agent == "" {
+		return 0 // not an agent's direct consumer: a fan-out one has no group
+	}
+	group, err := m.groups.groupOf(ctx, consumer, started)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.cfg.Logger.Warn("looking up the group of a consumer not found", "consumer", consumer, "err", err)
+		}
+		return 0
+	}
+	if group == "" {
+		return 0
+	}
+	if f, ok := floors[group]; ok {
+		return f
+	}
+	floor, _ = m.ackFloor(ctx, group)
+	floors[group] = floor
+	return floor
+}
+
 // ackFloor returns the stream sequence of consumer's ack floor, or 0 when
-// the consumer is gone or does not deliver the whole stream (agentkit's
-// consumers do), so its floor says nothing about earlier messages.
-func (m *Monitor) ackFloor(ctx context.Context, consumer string) uint64 {
+// the consumer is gone (with the error) or does not deliver the whole
+// stream (agentkit's consumers do), so its floor says nothing about
+// earlier messages.
+func (m *Monitor) ackFloor(ctx context.Context, consumer string) (uint64, error) {
 	c, err := m.mesh.Consumer(ctx, consumer)
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("ackmonitor: consumer %s: %w", consumer, err)
 	}
 	info := c.CachedInfo()
 	if info.Config.DeliverPolicy != jetstream.DeliverAllPolicy {
-		return 0
+		return 0, nil
 	}
-	return info.AckFloor.Stream
+	return info.AckFloor.Stream, nil
 }
