@@ -71,6 +71,20 @@
 // message, whose last attempt counts too): the server's delivery count
 // includes every attempt, and it sends a NAK advisory for each NAK.
 //
+// Agents hosted by one process share a group consumer per priority,
+// "<group>_group-<priority>", whose FilterSubjects are its members'
+// direct filters; a member's own "<id>_<priority>" consumer, while it
+// exists, delivers what was stored before the member joined. Whichever
+// delivered it, a direct message has one row, keyed by its receiver's own
+// consumer: the intake attributes a group's event to the receiver of the
+// message at its stream sequence (remembered from the sends, else read
+// from the stream), if the group's filters name that receiver, and
+// ignores it otherwise (not a direct message, another receiver), as an
+// undecodable event. A look-up that fails puts the event off (NAK) for
+// up to 10 deliveries. A receiver a group's filters name has a consumer
+// (see below), and the ack floor of a member without its own consumer is
+// its group's.
+//
 // A TERM whose reason starts with "INVALID: " gives status INVALID:
 // agentkit terminates so a message that is not a valid envelope for its
 // receiver, and a handler's Reject with code INVALID. Invalid input is its
@@ -127,10 +141,12 @@
 //
 // # Messages to unknown agents
 //
-// A direct message to an agent without a consumer for its priority is
-// stored and never delivered. A moment after each new send the monitor
-// looks the receiver's consumer up (cached for a minute when found, 5 s
-// when not) and counts a missing one in
+// A direct message to an agent without a consumer for its priority (its
+// own, or a group consumer whose filters name it) is stored and never
+// delivered. A moment after each new send the monitor looks the
+// receiver's consumer up (cached for a minute when found, 5 s when not;
+// the group consumers listed at most every 5 s) and counts a missing one
+// in
 // ackmonitor_messages_to_unknown_agents_total{receiver}: 50 receivers get
 // their own label, later ones count as [OtherReceivers], so made-up ids
 // cannot grow the series. /api/v1/unknown_receivers lists the latest 100
