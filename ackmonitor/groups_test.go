@@ -39,8 +39,9 @@ func directConsumer(t *testing.T, js jetstream.JetStream, id, sample string) jet
 }
 
 // groupConsumer creates or updates group's consumer at normal priority
-// for the agents ids, with agentkit's configuration of an agent's direct
-// consumer but their direct filters for filters.
+// for the agents ids as agentkit's Group does: an agent's direct
+// consumer's configuration, with their direct filters, delivering only
+// what is stored after it is made.
 func groupConsumer(t *testing.T, js jetstream.JetStream, group, sample string, ids ...string) jetstream.Consumer {
 	t.Helper()
 	s := subjects.Default
@@ -52,6 +53,7 @@ func groupConsumer(t *testing.T, js jetstream.JetStream, group, sample string, i
 		t.Fatal(err)
 	}
 	cfg.Description, cfg.FilterSubject, cfg.SampleFrequency = "agentmesh group "+group, "", sample
+	cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	for _, id := range ids {
 		f, err := s.DirectFilter(id, "normal")
 		if err != nil {
@@ -424,3 +426,4 @@ func TestGroups_AckFloorOfTheGroup(t *testing.T) {
 		}
 	}
 }
+

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -199,22 +200,27 @@ func (m *Monitor) rowFloor(ctx context.Context, consumer string, floors map[stri
 	if f, ok := floors[group]; ok {
 		return f
 	}
-	floor, _ = m.ackFloor(ctx, group)
+	// A group consumer delivers only what was stored after it was made
+	// (DeliverNew): what came before, and what a member was sent before
+	// it joined, is its members' catch-ups', and a member has no
+	// consumer of its own only once its catch-up is done.
+	floor, _ = m.ackFloor(ctx, group, jetstream.DeliverNewPolicy)
 	floors[group] = floor
 	return floor
 }
 
 // ackFloor returns the stream sequence of consumer's ack floor, or 0 when
 // the consumer is gone (with the error) or does not deliver the whole
-// stream (agentkit's consumers do), so its floor says nothing about
-// earlier messages.
-func (m *Monitor) ackFloor(ctx context.Context, consumer string) (uint64, error) {
+// stream (agentkit's agent consumers do), so its floor says nothing about
+// earlier messages; a consumer with one of also's deliver policies is
+// taken as delivering the whole stream.
+func (m *Monitor) ackFloor(ctx context.Context, consumer string, also ...jetstream.DeliverPolicy) (uint64, error) {
 	c, err := m.mesh.Consumer(ctx, consumer)
 	if err != nil {
 		return 0, fmt.Errorf("ackmonitor: consumer %s: %w", consumer, err)
 	}
 	info := c.CachedInfo()
-	if info.Config.DeliverPolicy != jetstream.DeliverAllPolicy {
+	if p := info.Config.DeliverPolicy; p != jetstream.DeliverAllPolicy && !slices.Contains(also, p) {
 		return 0, nil
 	}
 	return info.AckFloor.Stream, nil
