@@ -133,6 +133,14 @@ func (in *intake) attributeGroupEvents(ctx context.Context, events []*store.Even
 			rctx, cancel := context.WithTimeout(ctx, copyTimeout)
 			member, err = in.groups.isMember(rctx, e.Consumer, direct, since)
 			cancel()
+			if member && e.StreamSeq <= in.groups.catchUpUntil(direct) {
+				// The member's catch-up delivers it; the group acked it
+				// unread, or gave it back as the member did not run.
+				out[i] = eventIgnored
+				in.cfg.Logger.Debug("a group consumer's event about a message of a catch-up; ignored",
+					"consumer", e.Consumer, "stream_seq", e.StreamSeq, "event", e.Kind, "catch_up", direct)
+				continue
+			}
 			if member {
 				e.Consumer, e.Receiver, e.Priority = direct, to.receiver, to.priority
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,13 @@ import (
 // stay per agent: the intake attributes a group consumer's events to the
 // message's receiver (attributeGroupEvents), and reconcile reads a member's
 // ack floor from its group consumer while the member has none of its own.
+//
+// When an agent joins, the group's consumer may be given some of the
+// agent's messages its catch-up delivers (up to the sequence in the
+// catch-up consumer's metadata, catchUpKey): the group acks them unread,
+// so their events are not the message's outcome and are ignored. The
+// catch-ups are read with the group's membership and remembered after
+// they are deleted, as those events may be written later.
 
 const (
 	// maxGroupMembers bounds the members the membership map keeps over
@@ -36,6 +44,9 @@ const (
 	// a look-up that misses before the stream's consumers are listed
 	// again.
 	groupsListedFor = time.Minute
+	// catchUpKey is the metadata key in which agentkit marks an agent's
+	// catch-up consumer with the last stream sequence it delivers.
+	catchUpKey = "agentmesh_catch_up_until"
 )
 
 // groupMembers maps the mesh stream's group consumers to their members,
@@ -56,6 +67,9 @@ type groupMembers struct {
 	groups   map[string]groupEntry // group consumer → its members
 	byMember map[string]string     // member's direct consumer → group consumer
 	listedAt time.Time             // when the last complete listing started
+	// catchUps is the last sequence each member's catch-up consumer
+	// delivers (by the consumer's name), also once it is deleted.
+	catchUps map[string]uint64
 }
 
 // groupEntry is what the map knows of one group consumer.
@@ -65,7 +79,8 @@ type groupEntry struct {
 }
 
 func newGroupMembers(js jetstream.JetStream, scheme subjects.Scheme, logger *slog.Logger) *groupMembers {
-	return &groupMembers{js: js, scheme: scheme, logger: logger, groups: map[string]groupEntry{}, byMember: map[string]string{}}
+	return &groupMembers{js: js, scheme: scheme, logger: logger, groups: map[string]groupEntry{}, byMember: map[string]string{},
+		catchUps: map[string]uint64{}}
 }
 
 // isGroup reports whether consumer is a group consumer's name.
@@ -131,7 +146,55 @@ func (g *groupMembers) isMember(ctx context.Context, group, direct string, since
 		return false, err
 	}
 	_, member := e.members[direct]
+	if member {
+		// It joined since: agentkit made its catch-up, if it has one,
+		// before the group delivered anything of it.
+		if err := g.readCatchUp(ctx, direct); err != nil {
+			return false, err
+		}
+	}
 	return member, nil
+}
+
+// readCatchUp reads whether direct, a member's own consumer, is a
+// catch-up, and remembers up to where.
+func (g *groupMembers) readCatchUp(ctx context.Context, direct string) error {
+	c, err := g.js.Consumer(ctx, g.scheme.Stream(), direct)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("ackmonitor: consumer %s: %w", direct, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.noteCatchUp(direct, c.CachedInfo().Config.Metadata)
+	return nil
+}
+
+// noteCatchUp remembers the end of consumer's catch-up, if its metadata
+// has one. g.mu is held.
+func (g *groupMembers) noteCatchUp(consumer string, metadata map[string]string) {
+	mark, ok := metadata[catchUpKey]
+	if !ok {
+		return
+	}
+	until, err := strconv.ParseUint(mark, 10, 64)
+	if err != nil {
+		return
+	}
+	if _, known := g.catchUps[consumer]; !known && len(g.catchUps) >= maxGroupMembers {
+		clear(g.catchUps) // past the bound: the oldest are the least likely asked about
+	}
+	g.catchUps[consumer] = until
+}
+
+// catchUpUntil returns the last sequence the catch-up of direct (a
+// member's own consumer) delivers, or 0 when it had none the map knows.
+func (g *groupMembers) catchUpUntil(direct string) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.catchUps[direct]
 }
 
 // read reads group's configuration from the stream and enters it in the
@@ -217,10 +280,14 @@ func (g *groupMembers) list(ctx context.Context, since time.Time) error {
 		return fmt.Errorf("ackmonitor: listing group consumers: %w", err)
 	}
 	found := map[string]groupEntry{}
+	catchUps := map[string]map[string]string{}
 	n := 0
 	lister := mesh.ListConsumers(ctx)
 	for info := range lister.Info() {
 		if !g.isGroup(info.Name) {
+			if _, ok := info.Config.Metadata[catchUpKey]; ok && len(catchUps) < maxGroupMembers {
+				catchUps[info.Name] = info.Config.Metadata
+			}
 			continue
 		}
 		e := groupEntry{members: g.membersOf(filtersOf(info.Config), maxGroupMembers-n), readAt: at}
@@ -242,6 +309,9 @@ func (g *groupMembers) list(ctx context.Context, since time.Time) error {
 	g.groups, g.byMember, g.listedAt = map[string]groupEntry{}, map[string]string{}, at
 	for name, e := range found {
 		g.enter(name, e)
+	}
+	for name, md := range catchUps {
+		g.noteCatchUp(name, md)
 	}
 	return nil
 }

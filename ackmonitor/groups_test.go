@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -427,3 +428,95 @@ func TestGroups_AckFloorOfTheGroup(t *testing.T) {
 	}
 }
 
+// TestGroups_CatchUpsMessagesAreNotTheGroups: when an agent joins a group,
+// the group's consumer may be given messages the agent's catch-up
+// consumer delivers (up to the sequence in its metadata), which the
+// group acks unread. Those events are not the message's outcome: the
+// catch-up's TERM stays the row's, while the group's events about later
+// messages are the member's.
+func TestGroups_CatchUpsMessagesAreNotTheGroups(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	startMonitor(t, m.s, fastConfig(st))
+	js := m.jetstream()
+	client := m.agent("client", nil)
+	send := func() uint64 {
+		t.Helper()
+		if _, err := client.Send(ctx, "late", "work", nil); err != nil {
+			t.Fatal(err)
+		}
+		mesh, err := js.Stream(ctx, subjects.Default.Stream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mesh.CachedInfo().State.LastSeq
+	}
+	fetchOne := func(c jetstream.Consumer) jetstream.Msg {
+		t.Helper()
+		batch, err := c.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			return msg
+		}
+		t.Fatalf("%s delivered nothing: %v", c.CachedInfo().Name, batch.Error())
+		return nil
+	}
+	row := func(seq uint64) store.Record {
+		r, _ := st.Get(ctx, store.Key{StreamSeq: seq, Consumer: "late_normal"})
+		return r
+	}
+
+	groupConsumer(t, js, "host", "100", "g1")
+	early := send()
+	// late joins as agentkit has it: the group's filters first, then its
+	// catch-up up to the stream's last sequence.
+	group := groupConsumer(t, js, "host", "100", "g1", "late")
+	cfg, err := agentkit.ConsumerConfig(subjects.Default, "late", wire.PriorityNormal, groupPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.SampleFrequency, cfg.Metadata = "", map[string]string{"agentmesh_catch_up_until": strconv.FormatUint(early, 10)}
+	catchUp, err := js.CreateOrUpdateConsumer(ctx, subjects.Default.Stream(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fetchOne(catchUp).TermWithReason("NOT_FOUND: no such order"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the catch-up's TERM written", func() bool { return row(early).Status == store.StatusNACK })
+	// The group is given the catch-up's message too and acks it unread.
+	if msg := fetchOne(group); streamSeqOf(t, msg) != early {
+		t.Fatalf("the group delivered %d first, want %d", streamSeqOf(t, msg), early)
+	} else if err := msg.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	later := send()
+	if msg := fetchOne(group); streamSeqOf(t, msg) != later {
+		t.Fatalf("the group delivered %d, want %d", streamSeqOf(t, msg), later)
+	} else if err := msg.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The group's events are written in order: its ACK of early first.
+	eventually(t, 20*time.Second, "the group's ACK of the later message", func() bool {
+		r := row(later)
+		return r.Status == store.StatusACK && r.ProcessingTime > 0
+	})
+	r := row(early)
+	if r.Status != store.StatusNACK || len(r.History) != 1 || r.History[0].Kind != store.EventTerm {
+		t.Errorf("the catch-up's message: status %s, history %+v; want the catch-up's TERM alone", r.Status, r.History)
+	}
+}
+
+// streamSeqOf returns msg's sequence in its stream.
+func streamSeqOf(t *testing.T, msg jetstream.Msg) uint64 {
+	t.Helper()
+	md, err := msg.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md.Sequence.Stream
+}
