@@ -80,10 +80,12 @@
 // message at its stream sequence (remembered from the sends, else read
 // from the stream), if the group's filters name that receiver, and
 // ignores it otherwise (not a direct message, another receiver), as an
-// undecodable event. A look-up that fails puts the event off (NAK) for
-// up to 10 deliveries. A receiver a group's filters name has a consumer
-// (see below), and the ack floor of a member without its own consumer is
-// its group's.
+// undecodable event. So is an event about a message up to the end of
+// the member's catch-up (agentkit's mark in the catch-up consumer's
+// metadata): the group acks those unread. A look-up that fails puts the
+// event off (NAK) for up to 10 deliveries. A receiver a group's filters
+// name has a consumer (see below), and the ack floor of a member without
+// its own consumer is its group's.
 //
 // A TERM whose reason starts with "INVALID: " gives status INVALID:
 // agentkit terminates so a message that is not a valid envelope for its
