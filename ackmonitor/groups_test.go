@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -519,4 +520,81 @@ func streamSeqOf(t *testing.T, msg jetstream.Msg) uint64 {
 		t.Fatal(err)
 	}
 	return md.Sequence.Stream
+}
+
+// TestGroups_AgentkitGroup runs agents in agentkit's Group, one of which
+// was sent messages before it joined (its catch-up delivers them): every
+// row is its receiver's, with the handler's outcome, and no member is a
+// receiver without a consumer.
+func TestGroups_AgentkitGroup(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	mon := startMonitor(t, m.s, fastConfig(st))
+	api := httptest.NewServer(mon.Handler())
+	t.Cleanup(api.Close)
+	client := m.agent("client", nil)
+	g, err := agentkit.NewGroup(m.conn(), "proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close) // after the agents' Stop, registered later
+	handlers := map[string]agentkit.HandlerFunc{
+		"ok":     func(context.Context, *agentkit.Message) error { return nil },
+		"reject": func(context.Context, *agentkit.Message) error { return agentkit.Reject(wire.CodeRejected, "no") },
+	}
+	send := func(to, action string, n int) {
+		t.Helper()
+		for range n {
+			if _, err := client.Send(ctx, to, action, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m.agent("w1", handlers, agentkit.WithGroup(g))
+	m.agent("w2", handlers, agentkit.WithGroup(g))
+	send("w3", "ok", 3) // before w3 joins: its catch-up's
+	send("w3", "reject", 1)
+	m.agent("w3", handlers, agentkit.WithGroup(g))
+	send("w1", "ok", 3)
+	send("w2", "reject", 2)
+	send("w3", "ok", 2)
+	send("outsider", "ok", 1) // checked after the members' sends
+	want := map[string][2]int64{"w1": {3, 0}, "w2": {0, 2}, "w3": {5, 1}} // ACKs, NACKs
+	eventually(t, 30*time.Second, "every member's rows resolved", func() bool {
+		for id, w := range want {
+			r := rateOf(t, st, id, "normal")
+			if r.Acked != w[0] || r.Nacked != w[1] || r.Pending != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for id, w := range want {
+		if r := rateOf(t, st, id, "normal"); r.TimedOut+r.Invalid != 0 || r.Sent != w[0]+w[1] {
+			t.Errorf("%s: %+v; want %d sent, %d ACKs and %d NACKs", id, r, w[0]+w[1], w[0], w[1])
+		}
+		recs, err := st.Messages(ctx, store.Query{Receiver: id, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Consumer != id+"_normal" {
+				t.Errorf("%s's row %d is keyed by %s", id, r.StreamSeq, r.Consumer)
+			}
+		}
+	}
+	var unknown struct {
+		Receivers []ackmonitor.UnknownReceiver `json:"unknown_receivers"`
+	}
+	eventually(t, 20*time.Second, "the outsider listed", func() bool {
+		getJSON(t, api.URL+"/api/v1/unknown_receivers", &unknown)
+		return slices.ContainsFunc(unknown.Receivers, func(u ackmonitor.UnknownReceiver) bool { return u.Receiver == "outsider" })
+	})
+	for _, u := range unknown.Receivers {
+		if _, member := want[u.Receiver]; member {
+			t.Errorf("member %s listed as a receiver without a consumer", u.Receiver)
+		}
+	}
 }
