@@ -132,8 +132,13 @@ func (in *intake) attributeGroupEvents(ctx context.Context, events []*store.Even
 			}
 			rctx, cancel := context.WithTimeout(ctx, copyTimeout)
 			member, err = in.groups.isMember(rctx, e.Consumer, direct, since)
+			var until uint64
+			if member {
+				until, err = in.groups.catchUpEnd(rctx, direct)
+				member = err == nil
+			}
 			cancel()
-			if member && e.StreamSeq <= in.groups.catchUpUntil(direct) {
+			if member && e.StreamSeq <= until {
 				// The member's catch-up delivers it; the group acked it
 				// unread, or gave it back as the member did not run.
 				out[i] = eventIgnored

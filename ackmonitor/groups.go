@@ -32,8 +32,9 @@ import (
 // agent's messages its catch-up delivers (up to the sequence in the
 // catch-up consumer's metadata, catchUpKey): the group acks them unread,
 // so their events are not the message's outcome and are ignored. The
-// catch-ups are read with the group's membership and remembered after
-// they are deleted, as those events may be written later.
+// catch-ups are found by the listings and by reading a member's own
+// consumer at the group's first event about it, and remembered after they
+// are deleted, as those events may be written later.
 
 const (
 	// maxGroupMembers bounds the members the membership map keeps over
@@ -68,8 +69,10 @@ type groupMembers struct {
 	byMember map[string]string     // member's direct consumer → group consumer
 	listedAt time.Time             // when the last complete listing started
 	// catchUps is the last sequence each member's catch-up consumer
-	// delivers (by the consumer's name), also once it is deleted.
-	catchUps map[string]uint64
+	// delivers (by the consumer's name), also once it is deleted;
+	// catchUpRead the members whose own consumer was read for it.
+	catchUps    map[string]uint64
+	catchUpRead map[string]bool
 }
 
 // groupEntry is what the map knows of one group consumer.
@@ -80,7 +83,7 @@ type groupEntry struct {
 
 func newGroupMembers(js jetstream.JetStream, scheme subjects.Scheme, logger *slog.Logger) *groupMembers {
 	return &groupMembers{js: js, scheme: scheme, logger: logger, groups: map[string]groupEntry{}, byMember: map[string]string{},
-		catchUps: map[string]uint64{}}
+		catchUps: map[string]uint64{}, catchUpRead: map[string]bool{}}
 }
 
 // isGroup reports whether consumer is a group consumer's name.
@@ -146,30 +149,40 @@ func (g *groupMembers) isMember(ctx context.Context, group, direct string, since
 		return false, err
 	}
 	_, member := e.members[direct]
-	if member {
-		// It joined since: agentkit made its catch-up, if it has one,
-		// before the group delivered anything of it.
-		if err := g.readCatchUp(ctx, direct); err != nil {
-			return false, err
-		}
-	}
 	return member, nil
 }
 
-// readCatchUp reads whether direct, a member's own consumer, is a
-// catch-up, and remembers up to where.
-func (g *groupMembers) readCatchUp(ctx context.Context, direct string) error {
+// catchUpEnd returns the last sequence the catch-up of direct (a member's
+// own consumer) delivers, or 0 when it has none. Unless a listing found
+// its catch-up, the member's own consumer is read the first time: agentkit
+// makes a joining agent's catch-up just after it adds the agent to the
+// group's filters and before the group delivers anything of it, so a
+// listing in between finds the member without it, while a read for the
+// group's first event about the member finds it.
+func (g *groupMembers) catchUpEnd(ctx context.Context, direct string) (uint64, error) {
+	g.mu.Lock()
+	until, known := g.catchUps[direct]
+	read := g.catchUpRead[direct]
+	g.mu.Unlock()
+	if known || read {
+		return until, nil
+	}
 	c, err := g.js.Consumer(ctx, g.scheme.Stream(), direct)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		return nil
 	case err != nil:
-		return fmt.Errorf("ackmonitor: consumer %s: %w", direct, err)
+		return 0, fmt.Errorf("ackmonitor: consumer %s: %w", direct, err)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.noteCatchUp(direct, c.CachedInfo().Config.Metadata)
-	return nil
+	if err == nil {
+		g.noteCatchUp(direct, c.CachedInfo().Config.Metadata)
+	}
+	if len(g.catchUpRead) >= maxGroupMembers {
+		clear(g.catchUpRead) // read again, once each
+	}
+	g.catchUpRead[direct] = true
+	return g.catchUps[direct], nil
 }
 
 // noteCatchUp remembers the end of consumer's catch-up, if its metadata
@@ -187,14 +200,6 @@ func (g *groupMembers) noteCatchUp(consumer string, metadata map[string]string) 
 		clear(g.catchUps) // past the bound: the oldest are the least likely asked about
 	}
 	g.catchUps[consumer] = until
-}
-
-// catchUpUntil returns the last sequence the catch-up of direct (a
-// member's own consumer) delivers, or 0 when it had none the map knows.
-func (g *groupMembers) catchUpUntil(direct string) uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.catchUps[direct]
 }
 
 // read reads group's configuration from the stream and enters it in the

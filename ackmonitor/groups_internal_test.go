@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -127,6 +128,26 @@ func TestAttributeGroupEvents(t *testing.T) {
 	e := ev("host_group-normal", toG2)
 	if got := m.intake.attributeGroupEvents(ctx, []*store.Event{e}, []uint64{1}, time.Now()); got[0] != eventKept || e.Consumer != "g2_normal" || e.Receiver != "g2" {
 		t.Errorf("an event after g2 joined: %v, %+v; want attributed to g2", got[0], e)
+	}
+
+	// late joins while a listing finds it in the filters before its
+	// catch-up is made: the group's events about the catch-up's messages
+	// are still ignored, those about later ones attributed.
+	early := publish("mesh.agent.late.normal.client")
+	group("g1", "g2", "late")
+	if err := m.groups.list(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	catchUp := jetstream.ConsumerConfig{Durable: "late_normal", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "mesh.agent.late.normal.*",
+		Metadata: map[string]string{catchUpKey: strconv.FormatUint(early, 10)}}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "MESH", catchUp); err != nil {
+		t.Fatal(err)
+	}
+	later := publish("mesh.agent.late.normal.client")
+	events = []*store.Event{ev("host_group-normal", early), ev("host_group-normal", later)}
+	if got := m.intake.attributeGroupEvents(ctx, events, []uint64{1, 1}, time.Now()); !slices.Equal(got, []verdict{eventIgnored, eventKept}) ||
+		events[1].Consumer != "late_normal" {
+		t.Errorf("events about a catch-up's message and a later one: %v, %+v; want ignored, then attributed to late", got, events[1])
 	}
 
 	// Unknown sends without a stream to read them from: put off, then
