@@ -19,10 +19,10 @@ import (
 // Agents hosted by one process share a direct consumer per priority, the
 // group consumer "<group>_group-<priority>" (subjects.Scheme.GroupConsumer),
 // whose FilterSubjects are the direct filters of the agents it hosts. A
-// direct message is delivered by exactly one consumer: its receiver's own
-// "<id>_<priority>" (for a member, a catch-up consumer that delivers what
-// was stored before it joined, deleted once done) or its receiver's group
-// consumer. The ledger keys a direct message's row by its receiver's
+// direct message is handled through exactly one consumer: its receiver's
+// own "<id>_<priority>" (for a member, a catch-up consumer that delivers
+// what was stored before it joined, deleted once done) or its receiver's
+// group consumer. The ledger keys a direct message's row by its receiver's
 // consumer whoever delivered it, so a message keeps one row and the rates
 // stay per agent: the intake attributes a group consumer's events to the
 // message's receiver (attributeGroupEvents), and reconcile reads a member's
