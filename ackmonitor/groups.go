@@ -30,8 +30,8 @@ import (
 //
 // When an agent joins, the group's consumer may be given some of the
 // agent's messages its catch-up delivers (up to the sequence in the
-// catch-up consumer's metadata, catchUpKey): the group acks them unread,
-// so their events are not the message's outcome and are ignored. The
+// catch-up consumer's metadata, subjects.CatchUpKey): the group acks them
+// unread, so their events are not the message's outcome and are ignored. The
 // catch-ups are found by the listings and by reading a member's own
 // consumer at the group's first event about it, and remembered after they
 // are deleted, as those events may be written later.
@@ -45,9 +45,6 @@ const (
 	// a look-up that misses before the stream's consumers are listed
 	// again.
 	groupsListedFor = time.Minute
-	// catchUpKey is the metadata key in which agentkit marks an agent's
-	// catch-up consumer with the last stream sequence it delivers.
-	catchUpKey = "agentmesh_catch_up_until"
 )
 
 // groupMembers maps the mesh stream's group consumers to their members,
@@ -188,7 +185,7 @@ func (g *groupMembers) catchUpEnd(ctx context.Context, direct string) (uint64, e
 // noteCatchUp remembers the end of consumer's catch-up, if its metadata
 // has one. g.mu is held.
 func (g *groupMembers) noteCatchUp(consumer string, metadata map[string]string) {
-	mark, ok := metadata[catchUpKey]
+	mark, ok := metadata[subjects.CatchUpKey]
 	if !ok {
 		return
 	}
@@ -290,7 +287,7 @@ func (g *groupMembers) list(ctx context.Context, since time.Time) error {
 	lister := mesh.ListConsumers(ctx)
 	for info := range lister.Info() {
 		if !g.isGroup(info.Name) {
-			if _, ok := info.Config.Metadata[catchUpKey]; ok && len(catchUps) < maxGroupMembers {
+			if _, ok := info.Config.Metadata[subjects.CatchUpKey]; ok && len(catchUps) < maxGroupMembers {
 				catchUps[info.Name] = info.Config.Metadata
 			}
 			continue

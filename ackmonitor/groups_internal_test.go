@@ -139,7 +139,7 @@ func TestAttributeGroupEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	catchUp := jetstream.ConsumerConfig{Durable: "late_normal", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "mesh.agent.late.normal.*",
-		Metadata: map[string]string{catchUpKey: strconv.FormatUint(early, 10)}}
+		Metadata: map[string]string{subjects.CatchUpKey: strconv.FormatUint(early, 10)}}
 	if _, err := js.CreateOrUpdateConsumer(ctx, "MESH", catchUp); err != nil {
 		t.Fatal(err)
 	}

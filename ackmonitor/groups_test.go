@@ -480,7 +480,7 @@ func TestGroups_CatchUpsMessagesAreNotTheGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.SampleFrequency, cfg.Metadata = "", map[string]string{"agentmesh_catch_up_until": strconv.FormatUint(early, 10)}
+	cfg.SampleFrequency, cfg.Metadata = "", map[string]string{subjects.CatchUpKey: strconv.FormatUint(early, 10)}
 	catchUp, err := js.CreateOrUpdateConsumer(ctx, subjects.Default.Stream(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -152,10 +152,6 @@ func (g *Group) Name() string { return g.name }
 // closed.
 var ErrGroupClosed = errors.New("agentkit: group closed")
 
-// catchUpKey is the metadata key of a catch-up consumer: the stream
-// sequence up to which it delivers; the group delivers what follows.
-const catchUpKey = "agentmesh_catch_up_until"
-
 // groupConsumerConfig returns the group's consumer of priority p with
 // filters for ids.
 func (g *Group) consumerConfig(p wire.Priority, policy DeliveryPolicy, sample string, ids []string) (jetstream.ConsumerConfig, error) {
@@ -493,7 +489,7 @@ func (g *Group) startCatchUp(ctx context.Context, id string, p wire.Priority, po
 		return nil, err
 	}
 	cfg.SampleFrequency = "" // acks of what the group delivers are no ack events
-	cfg.Metadata = map[string]string{catchUpKey: strconv.FormatUint(until, 10)}
+	cfg.Metadata = map[string]string{subjects.CatchUpKey: strconv.FormatUint(until, 10)}
 	var cons jetstream.Consumer
 	if old, err := g.stream.Consumer(ctx, cfg.Durable); err == nil {
 		cfg.DeliverPolicy, cfg.OptStartSeq = old.CachedInfo().Config.DeliverPolicy, old.CachedInfo().Config.OptStartSeq
@@ -526,13 +522,13 @@ func (g *Group) resumeCatchUp(ctx context.Context, name string, p wire.Priority)
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: catch-up consumer %s: %w", name, err)
 	}
-	mark, ok := cons.CachedInfo().Config.Metadata[catchUpKey]
+	mark, ok := cons.CachedInfo().Config.Metadata[subjects.CatchUpKey]
 	if !ok {
 		return nil, nil
 	}
 	until, err := strconv.ParseUint(mark, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("agentkit: catch-up consumer %s: bad %s %q: %w", name, catchUpKey, mark, err)
+		return nil, fmt.Errorf("agentkit: catch-up consumer %s: bad %s %q: %w", name, subjects.CatchUpKey, mark, err)
 	}
 	return &catchUp{priority: p, cons: cons, until: until}, nil
 }

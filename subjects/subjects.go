@@ -335,6 +335,12 @@ func (s Scheme) ParseConsumerName(name string) (ConsumerName, error) {
 // class contains it, so a group's consumer never bears an agent's name.
 const groupMark = "group-"
 
+// CatchUpKey is the consumer metadata key that marks an agent's own direct
+// consumer as the catch-up of its group (see [Scheme.GroupConsumer]): the
+// decimal stream sequence up to which it delivers the agent's messages;
+// the group delivers those after it.
+const CatchUpKey = "agentmesh_catch_up_until"
+
 // GroupConsumer returns the durable direct consumer of group at priority:
 // "<group>_group-<priority>". Its filters are the direct filters (see
 // [Scheme.DirectFilter]) of the agents the group hosts.
