@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -399,6 +400,41 @@ func measureFailover(t *testing.T, c *procCluster, v failoverVariant, local bool
 			t.Fatal(err)
 		}
 
+		// For a stream kill, a probe publishes to the stream every 20ms from
+		// the surviving node, each attempt waiting 250ms for its ack: the
+		// first ack of an attempt begun after the kill is when the stream
+		// stores again, which a Send could reach at best.
+		probeAck := make(chan time.Time, 1)
+		var killNano atomic.Int64 // when the kill was sent; 0 before
+		stopProbe := func() {}
+		if kind == "stream" {
+			pjs, _ := jetstream.New(watch)
+			probeSubject, err := scheme.Direct("probe", string(wire.PriorityNormal), "prober")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pctx, cancel := context.WithCancel(ctx)
+			var probing sync.WaitGroup
+			stopProbe = func() { cancel(); probing.Wait() }
+			probing.Go(func() {
+				for pctx.Err() == nil {
+					actx, cancel := context.WithTimeout(pctx, 250*time.Millisecond)
+					start := time.Now()
+					_, err := pjs.Publish(actx, probeSubject, nil)
+					cancel()
+					if k := killNano.Load(); err == nil && k != 0 && start.UnixNano() > k {
+						probeAck <- time.Now()
+						return
+					}
+					select {
+					case <-pctx.Done():
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			})
+		}
+
+		killNano.Store(time.Now().UnixNano())
 		kill := c.Kill(victim)
 		newLeader, polled := c.WaitNewLeader(30*time.Second, vname, target)
 		var elected time.Time
@@ -409,6 +445,16 @@ func measureFailover(t *testing.T, c *procCluster, v failoverVariant, local bool
 		case <-time.After(5 * time.Second): // the advisory is best effort
 		}
 		asub.Unsubscribe()
+		var stored time.Time
+		storedOK := false
+		if kind == "stream" {
+			select {
+			case stored = <-probeAck:
+				storedOK = true
+			case <-time.After(30 * time.Second):
+			}
+		}
+		stopProbe()
 		watch.Close()
 		var a afterKill
 		natstest.WaitFor(t, 60*time.Second, func() error {
@@ -429,8 +475,8 @@ func measureFailover(t *testing.T, c *procCluster, v failoverVariant, local bool
 			}
 			return "+" + tm.Sub(kill).Round(time.Millisecond).String()
 		}
-		t.Logf("%s run %d: %s leader %s killed (receiver on %s, sender on %s): new leader %s elected %s (advisory; leader query answered %s); receiver re-pulled on missed heartbeats %s; reconnected: receiver %s, sender %s; first handled %s; first Send OK %s; slowest Send %v; %d Sends failed",
-			v.name, (run+1)/2, kind, vname, rs, ss, newLeader, at(elected, electedOK), at(polled, true), at(hb, hbOK), at(rr, rrOK), at(sr, srOK),
+		t.Logf("%s run %d: %s leader %s killed (receiver on %s, sender on %s): new leader %s elected %s (advisory; leader query answered %s); stream stored a probe again %s; receiver re-pulled on missed heartbeats %s; reconnected: receiver %s, sender %s; first handled %s; first Send OK %s; slowest Send %v; %d Sends failed",
+			v.name, (run+1)/2, kind, vname, rs, ss, newLeader, at(elected, electedOK), at(polled, true), at(stored, storedOK), at(hb, hbOK), at(rr, rrOK), at(sr, srOK),
 			at(a.firstHandled, true), at(a.firstSendOK, true), a.slowestSend.Round(time.Millisecond), a.failedSends)
 
 		c.Restart(victim)
