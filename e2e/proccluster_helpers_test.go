@@ -74,6 +74,17 @@ func natsServerBinary(t *testing.T) string {
 	return natsServer.path
 }
 
+// TestMain removes the nats-server binary the separate-process tests
+// built, which lives outside any test's temporary directory so that every
+// test of the binary shares it.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if natsServer.path != "" {
+		os.RemoveAll(filepath.Dir(natsServer.path))
+	}
+	os.Exit(code)
+}
+
 // errPortTaken is a node failing to start because one of its ports was
 // taken between reserving and binding it.
 var errPortTaken = errors.New("port taken")
