@@ -391,6 +391,7 @@ func (s *sender) publish(ctx context.Context, subject string, e *wire.Envelope, 
 		ctx, cancel := withDefaultTimeout(ctx, s.opts.publishTimeout)
 		defer cancel()
 		var answer answerTime
+		wait := newPublishRetry()
 		err = backoff.Retry(func() error {
 			if answer.tooLate(ctx) {
 				<-ctx.Done() // as if the backoff had lasted until the deadline
@@ -403,6 +404,7 @@ func (s *sender) publish(ctx context.Context, subject string, e *wire.Envelope, 
 			held = dup && !mine
 			answer.observe(time.Since(start), err)
 			tried.add(err)
+			wait.after(err)
 			if err != nil && ctx.Err() == nil {
 				cause = err
 			}
@@ -410,7 +412,7 @@ func (s *sender) publish(ctx context.Context, subject string, e *wire.Envelope, 
 				return backoff.Permanent(err)
 			}
 			return err
-		}, backoff.WithContext(publishBackOff(), ctx))
+		}, backoff.WithContext(wait, ctx))
 	}
 	if err != nil {
 		err = tried.failure(fmt.Sprintf("%s %s to %s", e.MessageType, e.MessageID, subject), err, cause)
@@ -422,12 +424,38 @@ func (s *sender) publish(ctx context.Context, subject string, e *wire.Envelope, 
 	return held, nil
 }
 
-// publishBackOff is the retry schedule of failed publishes: exponential
-// from 50ms to 2s, bounded by the caller's context.
-func publishBackOff() backoff.BackOff {
+// publishRetry is the retry schedule of failed publishes: exponential
+// from 50ms to 2s, bounded by the caller's context, except that after an
+// attempt no stream answered it waits at most electionRetry. That is a
+// stream whose leader is being elected (or none at all), and a new
+// leader stores within a few hundred milliseconds of its election: the
+// exponential wait alone held a Send up to 2.7s past it.
+type publishRetry struct {
+	backoff.BackOff
+	noStream bool // the last attempt reached no stream
+}
+
+// electionRetry is the longest wait after an attempt no stream answered.
+const electionRetry = 250 * time.Millisecond
+
+func newPublishRetry() *publishRetry {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 2*time.Second, 0
-	return b
+	return &publishRetry{BackOff: b}
+}
+
+// after notes the failure of an attempt (nil: none).
+func (p *publishRetry) after(err error) {
+	p.noStream = errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// NextBackOff returns the wait before the next attempt.
+func (p *publishRetry) NextBackOff() time.Duration {
+	d := p.BackOff.NextBackOff()
+	if p.noStream && d > electionRetry {
+		d = electionRetry
+	}
+	return d
 }
 
 // pubOutcome is what a failed publish attempt says about whether the stream
@@ -690,7 +718,7 @@ func (s *sender) sendBatch(ctx context.Context, envs []*wire.Envelope) (err erro
 	tried := make([]attempts, len(envs))
 	fast := s.publishFast(ctx, msgs, tried)
 	todo := seq(fast, len(envs))
-	b := publishBackOff()
+	b := newPublishRetry()
 	var answer answerTime
 	for {
 		start := time.Now()
@@ -712,6 +740,7 @@ func (s *sender) sendBatch(ctx context.Context, envs []*wire.Envelope) (err erro
 			// stream's answers did.
 			answer = answerTime(took)
 		}
+		b.after(errs[retry[0]])
 		select {
 		case <-time.After(b.NextBackOff()):
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package agentkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -30,5 +31,23 @@ func TestRetryablePublish(t *testing.T) {
 		if got := retryablePublish(tc.err); got != tc.want {
 			t.Errorf("retryablePublish(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// After an attempt no stream answered (a leader being elected), the next
+// waits at most electionRetry; after any other failure, the exponential
+// schedule's wait.
+func TestPublishRetry_ShortAfterNoStream(t *testing.T) {
+	p := newPublishRetry()
+	for range 8 { // far along the schedule: waits near its 2s maximum
+		p.NextBackOff()
+	}
+	p.after(fmt.Errorf("attempt: %w", jetstream.ErrNoStreamResponse))
+	if d := p.NextBackOff(); d > electionRetry {
+		t.Errorf("wait after no stream answered = %v, want at most %v", d, electionRetry)
+	}
+	p.after(errors.New("nats: timeout"))
+	if d := p.NextBackOff(); d <= electionRetry {
+		t.Errorf("wait after a timeout = %v, want the schedule's (above %v)", d, electionRetry)
 	}
 }
