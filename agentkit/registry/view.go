@@ -393,6 +393,12 @@ func (r *View) apply(e jetstream.KeyValueEntry) string {
 }
 
 func (r *View) notify(agent string) {
+	r.mu.RLock()
+	none := len(r.watchers) == 0
+	r.mu.RUnlock()
+	if none {
+		return // most views have no watcher: every heartbeat would merge a record for nobody
+	}
 	rec, ok := r.Get(agent)
 	if !ok {
 		return
