@@ -45,7 +45,6 @@ import (
 // after its agents have stopped.
 type Group struct {
 	name          string
-	nc            *nats.Conn
 	js            jetstream.JetStream
 	scheme        subjects.Scheme
 	maxAckPending int
@@ -99,7 +98,8 @@ func WithGroupMaxAckPending(n int) GroupOption {
 	}
 }
 
-// WithGroupLogger sets the group's logger; the default is slog's.
+// WithGroupLogger sets the logger of the group's background errors (see
+// [WithGroupErrorHandler]); by default, as an agent's, it discards them.
 func WithGroupLogger(l *slog.Logger) GroupOption {
 	return func(g *Group) error {
 		if l == nil {
@@ -112,7 +112,7 @@ func WithGroupLogger(l *slog.Logger) GroupOption {
 
 // WithGroupErrorHandler sets the function told of the group's background
 // errors (a consumer the server turns away, a failed InProgress); by
-// default they are logged.
+// default they are logged (see [WithGroupLogger]).
 func WithGroupErrorHandler(f func(error)) GroupOption {
 	return func(g *Group) error { g.onError = f; return nil }
 }
@@ -130,7 +130,7 @@ func NewGroup(nc *nats.Conn, name string, opts ...GroupOption) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: jetstream: %w", err)
 	}
-	g := &Group{name: name, nc: nc, js: js, scheme: subjects.Default, maxAckPending: 10_000, logger: slog.Default(),
+	g := &Group{name: name, js: js, scheme: subjects.Default, maxAckPending: 10_000, logger: slog.New(slog.DiscardHandler),
 		filters: map[wire.Priority][]string{}, own: map[string]bool{}, policies: map[wire.Priority]DeliveryPolicy{},
 		members: map[string]*member{}, feeds: map[wire.Priority]*feed{}, parked: map[*parkedMsg]struct{}{},
 		done: make(chan struct{})}
@@ -152,8 +152,8 @@ func (g *Group) Name() string { return g.name }
 // closed.
 var ErrGroupClosed = errors.New("agentkit: group closed")
 
-// groupConsumerConfig returns the group's consumer of priority p with
-// filters for ids.
+// consumerConfig returns the group's consumer of priority p with filters
+// for ids.
 func (g *Group) consumerConfig(p wire.Priority, policy DeliveryPolicy, sample string, ids []string) (jetstream.ConsumerConfig, error) {
 	name, err := g.scheme.GroupConsumer(g.name, string(p))
 	if err != nil {
