@@ -407,6 +407,13 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 		wasFinal, hadLatency := r.Final(), r.ackedWithSend()
 		n := 0
 		for _, e := range evs {
+			if lateAckCandidate(e) && !r.hasEvent(e.ID) {
+				late, err := s.lateAck(ctx, tx, r, e)
+				if err != nil {
+					return err
+				}
+				e.LateAck = late
+			}
 			if r.addEvent(e) {
 				n++
 				e.Priority = cmp.Or(e.Priority, r.Priority) // for the NAK metric's label
@@ -430,7 +437,7 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 	}
 	for _, c := range chunks(len(changed), 300) {
 		part := changed[c[0]:c[1]]
-		args := make([]any, 0, len(part)*21)
+		args := make([]any, 0, len(part)*22)
 		for _, r := range part {
 			hist, err := json.Marshal(r.History)
 			if err != nil {
@@ -445,20 +452,52 @@ func (s *sqlStore) applyEvents(ctx context.Context, tx *sql.Tx, events []Event, 
 			}
 			args = append(args, int64(r.StreamSeq), r.Consumer, r.MessageID, r.Sender, r.Receiver, r.Workflow, r.Correlation,
 				r.InReplyTo, r.Priority, us(r.SentAt), us(r.AcknowledgedAt), us(r.ResolvedAt), status, r.NackReason,
-				r.RetryCount, r.Deliveries, r.Naks, r.Timeouts, proc, string(hist), now)
+				r.RetryCount, r.Deliveries, r.Naks, r.Timeouts, r.LateAcks, proc, string(hist), now)
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO message_acknowledgments (stream_seq, consumer, message_id,
 			sender_agent, receiver_agent, workflow_execution_id, correlation_id, in_reply_to, priority, sent_at,
 			acknowledged_at, resolved_at, ack_status, nack_reason, retry_count, deliveries, naks, timeouts,
-			processing_time_ms, history, created_at) VALUES `+placeholders(len(part), 21)+`
+			late_acks, processing_time_ms, history, created_at) VALUES `+placeholders(len(part), 22)+`
 			ON CONFLICT (stream_seq, consumer) DO UPDATE SET acknowledged_at = excluded.acknowledged_at,
 			resolved_at = excluded.resolved_at, ack_status = excluded.ack_status, nack_reason = excluded.nack_reason,
 			retry_count = excluded.retry_count, deliveries = excluded.deliveries, naks = excluded.naks,
-			timeouts = excluded.timeouts, processing_time_ms = excluded.processing_time_ms, history = excluded.history`), args...); err != nil {
+			timeouts = excluded.timeouts, late_acks = excluded.late_acks, processing_time_ms = excluded.processing_time_ms, history = excluded.history`), args...); err != nil {
 			return fmt.Errorf("store: write ledger rows: %w", err)
 		}
 	}
 	return nil
+}
+
+// lateAckCandidate reports whether e could be the ACK of a redelivery
+// the receiver had handled (see LateAckRule).
+func lateAckCandidate(e Event) bool {
+	return e.Kind == EventAck && !e.Inferred && e.Deliveries >= 2
+}
+
+// lateAck applies LateAckRule to e, an ACK of row r: it compares e's
+// ack time with the latest ACKed first deliveries of r's consumer.
+// It reads them through idx_ack_receiver, and only for ACKs of
+// redeliveries, which are rare.
+func (s *sqlStore) lateAck(ctx context.Context, tx *sql.Tx, r Record, e Event) (bool, error) {
+	if r.Priority == "" {
+		return false, nil // a fan-out row before its send: no consumer's history to judge by
+	}
+	var n int64
+	var fastest sql.NullFloat64
+	err := tx.QueryRowContext(ctx, s.q(`SELECT CAST(COUNT(*) AS BIGINT), CAST(MIN(p) AS DOUBLE PRECISION) FROM (
+		SELECT processing_time_ms AS p FROM message_acknowledgments
+		WHERE receiver_agent = ? AND priority = ? AND consumer = ? AND ack_status = 'ACK' AND deliveries = 1
+		AND processing_time_ms IS NOT NULL AND sent_at IS NOT NULL AND stream_seq <> ?
+		ORDER BY sent_at DESC LIMIT `+fmt.Sprint(LateAckSamples)+`) AS firsts`),
+		r.Receiver, r.Priority, r.Consumer, int64(r.StreamSeq)).Scan(&n, &fastest)
+	if err != nil {
+		return false, fmt.Errorf("store: first deliveries of %s: %w", r.Consumer, err)
+	}
+	if n < LateAckMinSamples || !fastest.Valid {
+		return false, nil
+	}
+	ms := float64(e.AckTime) / float64(time.Millisecond)
+	return ms <= LateAckRatio*fastest.Float64, nil
 }
 
 // recordRefused records the ids, rows and kinds of refused events.

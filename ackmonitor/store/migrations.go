@@ -155,6 +155,10 @@ var migrations = []string{
 	SELECT DISTINCT receiver_agent, priority, sent_at - sent_at % 3600000000, 0 FROM message_acknowledgments
 	WHERE ` + nakExhaustedSQL + ` AND sent_at IS NOT NULL
 	ON CONFLICT (agent_id, priority, hour_bucket) DO UPDATE SET gen = metrics_dirty.gen + 1;`,
+	// 8: redeliveries of handled messages whose ack was lost or late
+	// (Record.LateAcks) are counted apart from timeouts. Rows recorded
+	// before keep 0: their ACKs were never judged (Event.LateAck).
+	`ALTER TABLE message_acknowledgments ADD COLUMN late_acks INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // migrate applies every migration up to version to that is not yet

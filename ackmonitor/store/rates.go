@@ -27,11 +27,12 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 		CAST(COALESCE(SUM(CASE WHEN ack_status IS NULL THEN 1 ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? THEN naks ELSE 0 END), 0) AS BIGINT),
 		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? THEN timeouts ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN resolved_at >= ? THEN late_acks ELSE 0 END), 0) AS BIGINT),
 		CAST(AVG(CASE WHEN resolved_at >= ? AND ack_status = 'ACK' THEN processing_time_ms END) AS DOUBLE PRECISION),
 		CAST(AVG(CASE WHEN resolved_at >= ? AND ack_status = 'ACK' AND sent_at IS NOT NULL
 			THEN (acknowledged_at - sent_at) / 1000.0 END) AS DOUBLE PRECISION)
 		FROM message_acknowledgments WHERE resolved_at >= ? OR sent_at >= ?`+allPending+`
-		GROUP BY receiver_agent, priority ORDER BY receiver_agent, priority`), t, t, t, t, t, t, t, t, t, t, t, t)
+		GROUP BY receiver_agent, priority ORDER BY receiver_agent, priority`), t, t, t, t, t, t, t, t, t, t, t, t, t)
 	if err != nil {
 		return nil, fmt.Errorf("store: rates: %w", err)
 	}
@@ -41,7 +42,7 @@ func (s *sqlStore) Rates(ctx context.Context, since time.Time) ([]Rate, error) {
 		var r Rate
 		var ack, lat sql.NullFloat64
 		if err := rows.Scan(&r.Agent, &r.Priority, &r.Sent, &r.Acked, &r.Nacked, &r.TimedOut, &r.NakExhausted, &r.Invalid, &r.Pending,
-			&r.Naks, &r.Timeouts, &ack, &lat); err != nil {
+			&r.Naks, &r.Timeouts, &r.LateAcks, &ack, &lat); err != nil {
 			return nil, fmt.Errorf("store: rates: %w", err)
 		}
 		r.AvgAckTimeMS, r.AvgLatencyMS = ack.Float64, lat.Float64

@@ -12,7 +12,7 @@ import (
 
 const recordCols = `stream_seq, consumer, message_id, sender_agent, receiver_agent, workflow_execution_id,
 	correlation_id, in_reply_to, priority, sent_at, acknowledged_at, resolved_at, ack_status, nack_reason,
-	retry_count, deliveries, naks, timeouts, processing_time_ms, history, handled_at, escalated_at,
+	retry_count, deliveries, naks, timeouts, late_acks, processing_time_ms, history, handled_at, escalated_at,
 	director, escalation_id, dlq_seq, follow_up_attempts, follow_up_error, given_up_at`
 
 type scanner interface{ Scan(...any) error }
@@ -26,7 +26,7 @@ func scanRecord(sc scanner) (Record, error) {
 	var seq int64
 	err := sc.Scan(&seq, &r.Consumer, &r.MessageID, &r.Sender, &r.Receiver, &r.Workflow, &r.Correlation,
 		&r.InReplyTo, &r.Priority, &sent, &acked, &resolved, &status, &r.NackReason, &r.RetryCount,
-		&r.Deliveries, &r.Naks, &r.Timeouts, &proc, &hist, &handled, &escalated, &r.Director, &r.EscalationID, &dlq,
+		&r.Deliveries, &r.Naks, &r.Timeouts, &r.LateAcks, &proc, &hist, &handled, &escalated, &r.Director, &r.EscalationID, &dlq,
 		&r.FollowUpAttempts, &r.FollowUpError, &givenUp)
 	if err != nil {
 		return r, err

@@ -107,7 +107,29 @@ type Event struct {
 	// the row gets no ack time, and any ACK, TERM or MAX_DELIVERIES event
 	// of the row takes precedence.
 	Inferred bool `json:"inferred,omitempty"`
+	// LateAck marks an ACK of a redelivery that the receiver acked without
+	// handling it again (see [LateAckRule]): the delivery before it was
+	// handled, and its ack was lost or came too late. The store sets it
+	// when it first applies the event.
+	LateAck bool `json:"late_ack,omitempty"`
 }
+
+// LateAckRule is when the store takes an ACK for one of a redelivery the
+// receiver had already handled: agentkit acks such a redelivery at once,
+// without running the handler, while a real retry runs it again. The ACK
+// is real (not inferred), of delivery 2 or later, and its ack_time is at
+// most LateAckRatio of the fastest first-delivery ACK among the latest
+// LateAckSamples ACKed first deliveries of its row's consumer (receiver
+// and priority), of which there are at least LateAckMinSamples: the
+// redelivery was settled in a fraction of the time this consumer's
+// handler has lately needed. A consumer whose handler is as fast as the
+// duplicate path (well under a millisecond on one host) gives no evidence
+// either way, and its redeliveries stay timeouts.
+const (
+	LateAckSamples    = 20
+	LateAckMinSamples = 5
+	LateAckRatio      = 0.5
+)
 
 // Key identifies a ledger row.
 type Key struct {
@@ -136,6 +158,11 @@ type Record struct {
 	RetryCount     int       `json:"retry_count"` // deliveries − 1
 	Naks           int       `json:"naks"`
 	Timeouts       int       `json:"timeouts"`
+	// LateAcks counts the redeliveries caused by a late or lost ack of a
+	// delivery that was handled, not by a timeout: 1 when the final ACK
+	// is a [Event.LateAck] (the redelivery it acked), else 0. They are
+	// not in Timeouts.
+	LateAcks int `json:"late_acks"`
 	// NakExhausted marks a TIMEOUT row whose every delivery the receiver
 	// NAKed (no delivery timed out): the handler asked for redelivery
 	// until the attempts ran out.
@@ -193,7 +220,10 @@ func (r *Record) Final() bool { return r.Status != StatusPending }
 //     message was never handled: it is exhausted);
 //   - timeouts = redeliveries not caused by a NAK: deliveries − 1 − naks,
 //     and for an exhausted message the last attempt counts too unless NAKed
-//     (deliveries − naks); never negative.
+//     (deliveries − naks); never negative;
+//   - late_acks = 1 when the final event is an ACK marked LateAck and a
+//     redelivery was not caused by a NAK: that redelivery is taken out of
+//     timeouts (its delivery was handled; its ack was lost or late).
 func (r *Record) recompute() {
 	r.Naks, r.Deliveries = 0, 0
 	var final *Event
@@ -211,7 +241,7 @@ func (r *Record) recompute() {
 	r.RetryCount = max(r.Deliveries-1, 0)
 	r.Status, r.NackReason, r.ProcessingTime = StatusPending, "", 0
 	r.AcknowledgedAt, r.ResolvedAt = time.Time{}, time.Time{}
-	r.Timeouts = max(r.Deliveries-1-r.Naks, 0)
+	r.Timeouts, r.LateAcks = max(r.Deliveries-1-r.Naks, 0), 0
 	if final == nil {
 		return
 	}
@@ -221,6 +251,9 @@ func (r *Record) recompute() {
 		r.Status, r.ProcessingTime = StatusACK, final.AckTime
 		if !final.Inferred {
 			r.AcknowledgedAt = final.At // an inferred ACK's time is only an upper bound
+		}
+		if final.LateAck && r.Timeouts > 0 {
+			r.Timeouts, r.LateAcks = r.Timeouts-1, 1
 		}
 	case EventTerm:
 		r.Status, r.AcknowledgedAt, r.NackReason = StatusNACK, final.At, final.Reason
@@ -238,10 +271,15 @@ func (r *Record) recompute() {
 // by NAKs alone; rates.go's nakExhaustedSQL is the same test in SQL.
 func nakExhausted(status string, timeouts int) bool { return status == StatusTimeout && timeouts == 0 }
 
+// hasEvent reports whether an event with id is in the history.
+func (r *Record) hasEvent(id string) bool {
+	return slices.ContainsFunc(r.History, func(h Event) bool { return h.ID == id })
+}
+
 // addEvent appends e unless an event with its id is in the history; it
 // reports whether e was new.
 func (r *Record) addEvent(e Event) bool {
-	if slices.ContainsFunc(r.History, func(h Event) bool { return h.ID == e.ID }) {
+	if r.hasEvent(e.ID) {
 		return false
 	}
 	r.History = append(r.History, e)
@@ -297,10 +335,14 @@ type Rate struct {
 	// Invalid counts the messages the receiver terminated as invalid
 	// input (StatusInvalid): their senders' failures, so they are not
 	// among the resolved messages its rates divide by.
-	Invalid      int64   `json:"invalid"`
-	Pending      int64   `json:"pending"`
-	Naks         int64   `json:"naks"`
-	Timeouts     int64   `json:"delivery_timeouts"`
+	Invalid  int64 `json:"invalid"`
+	Pending  int64 `json:"pending"`
+	Naks     int64 `json:"naks"`
+	Timeouts int64 `json:"delivery_timeouts"`
+	// LateAcks counts the redeliveries of messages the receiver had
+	// handled, whose ack was lost or late (Record.LateAcks): not in
+	// Timeouts.
+	LateAcks     int64   `json:"late_acks"`
 	AvgAckTimeMS float64 `json:"avg_ack_time_ms"` // mean ack metric ack_time of ACKs
 	AvgLatencyMS float64 `json:"avg_latency_ms"`  // mean sent_at → acknowledged_at of ACKs
 }
@@ -340,6 +382,7 @@ func (r Rate) Merge(o Rate) Rate {
 	r.Pending += o.Pending
 	r.Naks += o.Naks
 	r.Timeouts += o.Timeouts
+	r.LateAcks += o.LateAcks
 	return r
 }
 

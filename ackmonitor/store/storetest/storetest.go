@@ -35,6 +35,7 @@ func Run(t *testing.T, db Database) {
 		{"EveryAckLatencyOnce", testAckedOnce},
 		{"RatesWindowAndSeries", testRates},
 		{"NakExhaustedIsNoTimeout", testNakExhausted},
+		{"LateAcksAreNoTimeouts", testLateAcks},
 		{"HourlyRollup", testHourly},
 		{"FollowUps", testFollowUps},
 		{"FollowUpsFailedAndGivenUp", testGiveUp},
@@ -533,6 +534,62 @@ func testNakExhausted(t *testing.T, s store.Store) {
 	}
 	if m := hs[0]; m.TimedOut != 2 || m.NakExhausted != 1 || m.Resolved() != 4 || m.TimeoutRate() != rates[0].TimeoutRate() || m.AckRate() != rates[0].AckRate() {
 		t.Errorf("hour = %+v, timeout rate %v ack rate %v; want 2 exhausted, 1 by NAKs, 25 %% and 50 %%", m, m.TimeoutRate(), m.AckRate())
+	}
+}
+
+// testLateAcks checks LateAckRule: an ACK of a redelivery settled in at
+// most half the time of the consumer's fastest recent first delivery
+// (of at least LateAckMinSamples) answered a handled message whose ack
+// was lost or late.
+func testLateAcks(t *testing.T, s store.Store) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
+	ack := func(seq uint64, consumer string, d uint64, ms int, ackTime time.Duration) store.Event {
+		e := ev(store.EventAck, seq, consumer, d, at(ms))
+		e.AckTime = ackTime
+		return e
+	}
+	// First deliveries: b's handler takes 20–24ms; c has too few of them
+	// to judge by.
+	var first store.Batch
+	for i := range uint64(store.LateAckMinSamples) {
+		first.Sends = append(first.Sends, send(1+i, "a", "b", now))
+		first.Events = append(first.Events, ack(1+i, "b_normal", 1, 1, 20*time.Millisecond+time.Duration(i)*time.Millisecond))
+	}
+	first.Sends = append(first.Sends, send(20, "a", "c", now))
+	first.Events = append(first.Events, ack(20, "c_normal", 1, 1, 20*time.Millisecond))
+	mustApply(t, s, first)
+
+	redelivered := store.Batch{
+		Sends: []store.Send{send(10, "a", "b", now), send(11, "a", "b", now), send(12, "a", "b", now), send(13, "a", "b", now),
+			send(21, "a", "c", now)},
+		Events: []store.Event{
+			ack(10, "b_normal", 2, 10, time.Millisecond),                                // the duplicate path: a late ack
+			ack(11, "b_normal", 2, 10, 15*time.Millisecond),                             // the handler ran again: a timeout
+			ev(store.EventNak, 12, "b_normal", 1, at(5)), ack(12, "b_normal", 2, 10, 0), // redelivered by its NAK
+			ack(13, "b_normal", 3, 10, 10*time.Millisecond), // one timeout, then a late ack
+			ack(21, "c_normal", 2, 10, time.Millisecond),    // no evidence: a timeout
+		},
+	}
+	mustApply(t, s, redelivered)
+	mustApply(t, s, redelivered) // a replay judges nothing again
+	for _, w := range []struct {
+		seq                uint64
+		consumer           string
+		timeouts, lateAcks int
+	}{{1, "b_normal", 0, 0}, {10, "b_normal", 0, 1}, {11, "b_normal", 1, 0}, {12, "b_normal", 0, 0}, {13, "b_normal", 1, 1}, {21, "c_normal", 1, 0}} {
+		if r := get(t, s, w.seq, w.consumer); r.Status != store.StatusACK || r.Timeouts != w.timeouts || r.LateAcks != w.lateAcks {
+			t.Errorf("row %d %s = status %s timeouts %d late acks %d; want ACK, %d, %d", w.seq, w.consumer, r.Status, r.Timeouts, r.LateAcks, w.timeouts, w.lateAcks)
+		}
+	}
+	rates, err := s.Rates(ctx(t), now.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rates {
+		if r.Agent == "b" && (r.Timeouts != 2 || r.LateAcks != 2 || r.TimeoutRate() != 0) {
+			t.Errorf("rate of b = %+v; want 2 delivery timeouts, 2 late acks, timeout rate 0", r)
+		}
 	}
 }
 
