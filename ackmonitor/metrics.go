@@ -18,6 +18,7 @@ type metrics struct {
 	outcomes    *prometheus.CounterVec // agent, priority, status
 	naks        *prometheus.CounterVec // agent, priority
 	timeouts    *prometheus.CounterVec // agent, priority: delivery timeouts
+	lateAcks    *prometheus.CounterVec // agent, priority: redeliveries of handled messages (Record.LateAcks)
 	nakExhaust  *prometheus.CounterVec // agent, priority: TIMEOUT outcomes exhausted by NAKs alone
 	escalations *prometheus.CounterVec // agent, priority
 	deadLetters *prometheus.CounterVec // agent, priority
@@ -53,7 +54,9 @@ func newMetrics() *metrics {
 	m.naks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_naks_total",
 		Help: "NAKs (redelivery requests, e.g. busy receivers), by receiving agent and priority."}, ap)
 	m.timeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_delivery_timeouts_total",
-		Help: "Delivery attempts that expired without ack or NAK (inferred: deliveries - 1 - NAKs), by agent and priority."}, ap)
+		Help: "Delivery attempts that expired without ack or NAK (inferred: deliveries - 1 - NAKs, less late acks), by agent and priority."}, ap)
+	m.lateAcks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_late_acks_total",
+		Help: "Redeliveries of messages the receiver had handled, whose ack was lost or came late (the redelivery was acked far faster than the receiver's handler runs); not in ackmonitor_delivery_timeouts_total. By agent and priority."}, ap)
 	m.nakExhaust = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_nak_exhausted_total",
 		Help: "TIMEOUT outcomes (counted in ackmonitor_outcomes_total) whose every delivery the receiver NAKed: exhausted by NAKs, nothing timed out; the timeout rate leaves them out. By receiving agent and priority."}, ap)
 	m.escalations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ackmonitor_escalations_total",
@@ -93,7 +96,7 @@ func newMetrics() *metrics {
 		Help: "1 for each active (raised, not resolved) alert, reported by the active instance only."}, []string{"agent", "kind", "severity"})
 	m.stalePending = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ackmonitor_stale_pending_rows",
 		Help: "Ledger rows without a final status whose send is older than StalePendingAfter (default 2h), reported by the active instance only."}, nil)
-	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.nakExhaust, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.invalid, m.refused, m.unknownReceivers, m.inferred, m.ackTime, m.latency,
+	m.reg.MustRegister(m.sends, m.outcomes, m.naks, m.timeouts, m.lateAcks, m.nakExhaust, m.escalations, m.deadLetters, m.followUpErr, m.givenUp, m.invalid, m.refused, m.unknownReceivers, m.inferred, m.ackTime, m.latency,
 		m.events, m.batches, m.pending, m.lag, m.active, m.alerts, m.stalePending,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -120,6 +123,9 @@ func (m *metrics) observe(a store.Applied) {
 		}
 		if r.Timeouts > 0 {
 			m.timeouts.WithLabelValues(r.Receiver, r.Priority).Add(float64(r.Timeouts))
+		}
+		if r.LateAcks > 0 {
+			m.lateAcks.WithLabelValues(r.Receiver, r.Priority).Add(float64(r.LateAcks))
 		}
 		if r.Status == store.StatusACK && !r.InferredAck() { // inferred ACKs have no ack time
 			m.ackTime.WithLabelValues(r.Receiver, r.Priority).Observe(r.ProcessingTime.Seconds())
