@@ -242,7 +242,8 @@ func TestDashboard_InBrowser(t *testing.T) {
 			w := p.Window
 			sel := row(a.Agent, p.Priority)
 			for field, want := range map[string]float64{"sent": float64(w.Sent), "acked": float64(w.Acked), "nacked": float64(w.Nacked),
-				"timed_out": float64(w.TimedOut), "ack_rate": w.AckRate, "timeout_rate": w.TimeoutRate} {
+				"timed_out": float64(w.TimedOut), "ack_rate": w.AckRate, "timeout_rate": w.TimeoutRate,
+				"delivery_timeouts": float64(w.Timeouts), "late_acks": float64(w.LateAcks)} {
 				if got := num(sel + ` td[data-field="` + field + `"]`); got != want {
 					t.Errorf("%s/%s %s: page %v, API %v", a.Agent, p.Priority, field, got, want)
 				}

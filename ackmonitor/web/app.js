@@ -70,14 +70,15 @@
         rows.push(`<tr data-agent="${esc(a.agent)}" data-priority="${esc(p.priority)}">` +
           `<td>${esc(a.agent)}${flag}</td><td>${esc(p.priority)}</td>` +
           cell("sent", w.sent) + cell("acked", w.acked) + cell("nacked", w.nacked) + cell("timed_out", w.timed_out) +
-          cell("pending", w.pending) + cell("naks", w.naks) + cell("ack_rate", w.ack_rate, ackClass(w), w.resolved === 0) +
+          cell("pending", w.pending) + cell("naks", w.naks) + cell("delivery_timeouts", w.delivery_timeouts) +
+          cell("late_acks", w.late_acks) + cell("ack_rate", w.ack_rate, ackClass(w), w.resolved === 0) +
           cell("timeout_rate", w.timeout_rate, toClass(w), w.resolved === 0) +
           cell("avg_ack_time_ms", w.avg_ack_time_ms, "", w.acked === 0) +
           cell("avg_latency_ms", w.avg_latency_ms, "", w.acked === 0) +
           `<td data-field="total" data-acked="${t.acked}" data-resolved="${t.resolved}">${t.acked} / ${t.resolved}</td></tr>`);
       }
     }
-    $("#agents tbody").innerHTML = rows.length ? rows.join("") : `<tr class="empty"><td colspan="13">no traffic yet</td></tr>`;
+    $("#agents tbody").innerHTML = rows.length ? rows.join("") : `<tr class="empty"><td colspan="15">no traffic yet</td></tr>`;
   }
 
   function renderAlerts(data) {
