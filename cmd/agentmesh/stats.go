@@ -27,13 +27,17 @@ type rateView struct {
 	TimedOut int64 `json:"timed_out"`
 	// NakExhausted counts the TimedOut messages NAKed on every delivery:
 	// the timeout rate leaves them out.
-	NakExhausted int64   `json:"nak_exhausted"`
-	Resolved     int64   `json:"resolved"`
-	Pending      int64   `json:"pending"`
-	AckRate      float64 `json:"ack_rate"`
-	NackRate     float64 `json:"nack_rate"`
-	TimeoutRate  float64 `json:"timeout_rate"`
-	AvgAckMS     float64 `json:"avg_ack_time_ms"`
+	NakExhausted int64 `json:"nak_exhausted"`
+	// Timeouts counts the redeliveries after an ack timeout, LateAcks
+	// those of messages already handled whose ack was lost or late.
+	Timeouts    int64   `json:"delivery_timeouts"`
+	LateAcks    int64   `json:"late_acks"`
+	Resolved    int64   `json:"resolved"`
+	Pending     int64   `json:"pending"`
+	AckRate     float64 `json:"ack_rate"`
+	NackRate    float64 `json:"nack_rate"`
+	TimeoutRate float64 `json:"timeout_rate"`
+	AvgAckMS    float64 `json:"avg_ack_time_ms"`
 }
 
 type summaryView struct {
@@ -236,14 +240,14 @@ func (a *app) runStats(ctx context.Context, base string, asJSON bool) error {
 	w := a.stdout
 	fmt.Fprintf(w, "monitor %s (active=%v, lag %.1fs), window %v\n", sum.Monitor, sum.Active, sum.LagSeconds, time.Duration(sum.WindowSeconds*float64(time.Second)))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "agent\tpriority\tsent\tpending\tacked\tnacked\ttimed out\tnak exhausted\tack rate\ttimeout rate\tavg ack ms\t")
+	fmt.Fprintln(tw, "agent\tpriority\tsent\tpending\tacked\tnacked\ttimed out\tnak exhausted\tdelivery timeouts\tlate acks\tack rate\ttimeout rate\tavg ack ms\t")
 	row := func(agent, prio string, r rateView) {
 		avg := "–"
 		if r.Acked > 0 {
 			avg = fmt.Sprintf("%.1f", r.AvgAckMS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", agent, prio, r.Sent, r.Pending, r.Acked, r.Nacked, r.TimedOut,
-			r.NakExhausted, r.pct(r.AckRate), r.pct(r.TimeoutRate), avg)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", agent, prio, r.Sent, r.Pending, r.Acked, r.Nacked, r.TimedOut,
+			r.NakExhausted, r.Timeouts, r.LateAcks, r.pct(r.AckRate), r.pct(r.TimeoutRate), avg)
 	}
 	row("(mesh)", "all", sum.Window)
 	idle := 0

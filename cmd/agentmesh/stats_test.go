@@ -24,7 +24,7 @@ func statsMonitor(t *testing.T) *httptest.Server {
 				 "priorities":[{"priority":"high","window":{"sent":100,"acked":93,"timed_out":7,"resolved":100,"ack_rate":0.93,"timeout_rate":0.07}},{"priority":"low","window":{}}]},
 				{"agent":"executor_1","window":{"sent":4,"pending":4},"priorities":[{"priority":"normal","window":{"sent":4,"pending":4}}]},
 				{"agent":"worker_1","window":{"sent":10,"acked":8,"timed_out":2,"nak_exhausted":2,"resolved":10,"ack_rate":0.8,"timeout_rate":0},
-				 "priorities":[{"priority":"normal","window":{"sent":10,"acked":8,"timed_out":2,"nak_exhausted":2,"resolved":10,"ack_rate":0.8,"timeout_rate":0}}]},
+				 "priorities":[{"priority":"normal","window":{"sent":10,"acked":8,"timed_out":2,"nak_exhausted":2,"delivery_timeouts":1,"late_acks":3,"resolved":10,"ack_rate":0.8,"timeout_rate":0}}]},
 				{"agent":"idle_1","window":{},"total":{"sent":9,"acked":9},"priorities":[]}]}`))
 		case "/api/v1/alerts":
 			w.Write([]byte(`{"alerts":[{"agent":"planner_1","kind":"timeout_rate","severity":"warning","value":0.07,"threshold":0.05,"samples":100}]}`))
@@ -62,7 +62,7 @@ func TestStats_Table(t *testing.T) {
 			executor = line
 		}
 	}
-	if f := strings.Fields(executor); len(f) != 11 || f[3] != "4" || f[8] != "–" || f[9] != "–" || strings.Contains(executor, "0.0") {
+	if f := strings.Fields(executor); len(f) != 13 || f[3] != "4" || f[10] != "–" || f[11] != "–" || strings.Contains(executor, "0.0") {
 		t.Errorf("executor_1 with nothing resolved: %q; want pending 4 and – for its rates", executor)
 	}
 }
@@ -85,8 +85,19 @@ func TestStats_NakExhaustedAndUnknownReceivers(t *testing.T) {
 			worker = line
 		}
 	}
-	if f := strings.Fields(worker); len(f) != 11 || f[6] != "2" || f[7] != "2" || f[8] != "80.0%" || f[9] != "0.0%" {
+	if f := strings.Fields(worker); len(f) != 13 || f[6] != "2" || f[7] != "2" || f[10] != "80.0%" || f[11] != "0.0%" {
 		t.Errorf("worker_1 = %q; want 2 timed out, 2 of them NAK-exhausted, timeout rate 0.0%%", worker)
+	}
+	// Redeliveries after a timeout and those of handled messages whose
+	// ack was lost or late, apart.
+	lateAcks := false
+	for line := range strings.SplitSeq(out, "\n") {
+		if f := strings.Fields(line); len(f) == 13 && f[0] == "worker_1" && f[1] == "normal" {
+			lateAcks = f[8] == "1" && f[9] == "3"
+		}
+	}
+	if !lateAcks || !strings.Contains(out, "late acks") {
+		t.Errorf("no worker_1 normal line with 1 delivery timeout and 3 late acks:\n%s", out)
 	}
 	want := "messages to 7 receivers without a consumer: ghost_1 (12), ghost_2 (3), ghost_3 (1), ghost_4 (1), ghost_5 (1), and 2 more"
 	if !strings.Contains(out, want) {
