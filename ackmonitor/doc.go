@@ -71,6 +71,45 @@
 // message, whose last attempt counts too): the server's delivery count
 // includes every attempt, and it sends a NAK advisory for each NAK.
 //
+// # Late and lost acks
+//
+// A redelivery is not always a timeout: the handler may have finished and
+// its ack been lost (a consumer leader change loses acks it had not
+// replicated) or come too late. agentkit remembers the messages it
+// handled and acks such a redelivery at once, without running the
+// handler, while a real retry runs the handler again; the ack metric's
+// ack_time (from the latest delivery or InProgress to the ack) tells the
+// two apart when the handler takes measurably longer than that ack. The
+// store's rule ([store.LateAckRule]): an ACK of delivery 2 or later whose
+// ack_time is at most half the fastest of the consumer's latest 20 ACKed
+// first deliveries (at least 5 of them) marks the redelivery it acked as
+// a late ack: the row counts it in late_acks, not in timeouts. It is
+// judged once, when the ACK is first applied, and kept in the history
+// (late_ack). Late acks count in none of the rates and raise no alert;
+// /api/v1/agents, /summary, the dashboard and agentmesh stats show them
+// beside delivery_timeouts, and ackmonitor_late_acks_total counts them.
+//
+// What the evidence does not allow:
+//
+//   - a handler about as fast as agentkit's duplicate ack (on one host
+//     both take 0.3–5 ms) gives no evidence: its redeliveries stay
+//     timeouts, however they came about;
+//   - a redelivery another instance took (each instance remembers only
+//     what it handled) runs the handler again: a timeout;
+//   - an ack that arrives after the ack wait expired, before or after the
+//     redelivery, settles the message while the server still holds it
+//     pending, and its ack metric names the acking delivery's count: the
+//     row shows that delivery (usually the first), no redelivery and no
+//     timeout, since the server reports no redelivery. Once a later
+//     delivery was acked, the server drops the late ack without a metric;
+//   - only the last redelivery is judged: earlier ones stay timeouts;
+//   - a handler longer than agentkit's progress interval (a quarter of
+//     the ack timeout) has its ack_time run from its last InProgress, so
+//     its first deliveries' ack times spread down towards zero: the rule
+//     then rarely finds evidence, and about one in forty of its real
+//     retries (half the expected minimum of 20 uniform samples) can fall
+//     below the bound and be taken for a late ack.
+//
 // Agents hosted by one process share a group consumer per priority,
 // "<group>_group-<priority>", whose FilterSubjects are its members'
 // direct filters; a member's own "<id>_<priority>" consumer, while it
