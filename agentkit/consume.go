@@ -87,7 +87,7 @@ func (r *receiver) open(sources []*source) {
 		// the client's buffer, where nothing keeps it alive (see
 		// source.reopen). A fixed one holds a message per worker.
 		depth := r.opts.concurrency
-		if pol := r.opts.policies[spec.priority]; pol.MaxPrefetch > 0 {
+		if pol := r.opts.policies[spec.priority]; pol.MaxPrefetch > 0 && !fedByGroup(sources, q) {
 			depth += max(pol.MaxPrefetch, pol.Prefetch)
 		}
 		r.queues[q] = make(chan *delivery, depth)
@@ -95,6 +95,22 @@ func (r *receiver) open(sources []*source) {
 	for _, src := range sources {
 		r.readers.Go(func() { r.read(src, r.queues[src.queue]) })
 	}
+}
+
+// fedByGroup reports whether queue q is filled only from a group's inbox:
+// the group's buffer then bounds what waits (see Group.room), and a
+// message per worker in the queue is enough.
+func fedByGroup(sources []*source, q int) bool {
+	fed := false
+	for _, s := range sources {
+		if s.queue == q {
+			if s.inbox == nil {
+				return false // a catch-up's generations need the room
+			}
+			fed = true
+		}
+	}
+	return fed
 }
 
 // startWorkers starts the handler workers and the keep-alive scanner.
@@ -286,6 +302,7 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 // group routed to this agent (see Group), already in the waiting set,
 // until the source is stopped, or drained and empty.
 func (r *receiver) readInbox(src *source, out chan<- *delivery) {
+	defer src.inbox.abandon() // what no reader takes now, shutdown hands back
 	for {
 		d, ok := src.inbox.next(r.quit)
 		if !ok {

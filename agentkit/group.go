@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -61,10 +62,15 @@ type Group struct {
 	members  map[string]*member               // the agents started in this process
 	joining  []*joinReq                       // the joins the next round takes
 	feeds    map[wire.Priority]*feed
-	parked   map[*parkedMsg]struct{} // messages for agents not running here
-	closed   bool
-	done     chan struct{} // closed by Close: ends the park keeper
-	keeper   sync.WaitGroup
+	// held counts the messages in the members' inboxes, which the feeds
+	// keep below buffer (see room).
+	held       int
+	buffer     int
+	parked     map[*parkedMsg]struct{} // messages for agents not running here
+	closed     bool
+	roomSignal chan struct{} // wakes feeds waiting for room
+	done       chan struct{} // closed by Close: ends the park keeper
+	keeper     sync.WaitGroup
 }
 
 // member is one started agent of the group: its receiver's inbox per
@@ -94,6 +100,19 @@ func WithGroupMaxAckPending(n int) GroupOption {
 			return fmt.Errorf("%w: group max ack pending %d is below 1", ErrInvalidOption, n)
 		}
 		g.maxAckPending = n
+		return nil
+	}
+}
+
+// WithGroupBuffer sets how many messages the group's agents may hold in
+// their inboxes, received and waiting for a worker, before its feeds stop
+// pulling more: the server keeps the rest. The default is 1,024.
+func WithGroupBuffer(n int) GroupOption {
+	return func(g *Group) error {
+		if n < 1 {
+			return fmt.Errorf("%w: group buffer %d is below 1", ErrInvalidOption, n)
+		}
+		g.buffer = n
 		return nil
 	}
 }
@@ -130,10 +149,10 @@ func NewGroup(nc *nats.Conn, name string, opts ...GroupOption) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: jetstream: %w", err)
 	}
-	g := &Group{name: name, js: js, scheme: subjects.Default, maxAckPending: 10_000, logger: slog.New(slog.DiscardHandler),
+	g := &Group{name: name, js: js, scheme: subjects.Default, maxAckPending: 10_000, buffer: 1024, logger: slog.New(slog.DiscardHandler),
 		filters: map[wire.Priority][]string{}, own: map[string]bool{}, policies: map[wire.Priority]DeliveryPolicy{},
 		members: map[string]*member{}, feeds: map[wire.Priority]*feed{}, parked: map[*parkedMsg]struct{}{},
-		done: make(chan struct{})}
+		roomSignal: make(chan struct{}, len(subjects.Priorities)), done: make(chan struct{})}
 	for _, opt := range opts {
 		if err := opt(g); err != nil {
 			return nil, err
@@ -322,6 +341,9 @@ func (g *Group) round(ctx context.Context, batch []*joinReq) {
 		skip := map[wire.Priority]uint64{}
 		for _, cu := range req.catchUps {
 			skip[cu.priority] = cu.until
+		}
+		for _, b := range req.inboxes {
+			b.countWith(g.took)
 		}
 		g.mu.Lock()
 		g.members[req.id] = &member{inboxes: req.inboxes, skip: skip}
@@ -565,6 +587,7 @@ func (g *Group) startFeed(p wire.Priority, pol DeliveryPolicy, cons jetstream.Co
 	}
 	name, _ := g.scheme.GroupConsumer(g.name, string(p))
 	f := &feed{g: g, priority: p, policy: pol, name: name, cons: cons, stopped: make(chan struct{})}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
 	g.feeds[p] = f
 	f.wg.Go(f.run)
 	if len(g.feeds) == 1 {
@@ -599,7 +622,54 @@ func (g *Group) deliver(p wire.Priority, msg jetstream.Msg) bool {
 			return true
 		}
 	}
-	return m.inboxes[p].push(msg)
+	if !m.inboxes[p].push(msg) {
+		return false
+	}
+	g.mu.Lock()
+	g.held++
+	g.mu.Unlock()
+	return true
+}
+
+// room waits until the members' inboxes hold fewer than the group's
+// buffer of messages and returns how many more a feed may pull; false
+// once stopped is closed.
+func (g *Group) room(stopped <-chan struct{}) (int, bool) {
+	for {
+		g.mu.Lock()
+		n := g.buffer - g.held
+		g.mu.Unlock()
+		if n > 0 {
+			return n, true
+		}
+		select {
+		case <-g.roomSignal:
+		case <-stopped:
+			return 0, false
+		}
+	}
+}
+
+// took counts n messages out of the members' inboxes, waking the feeds
+// waiting for room.
+func (g *Group) took(n int) {
+	g.mu.Lock()
+	full := g.held >= g.buffer
+	g.held -= n
+	g.mu.Unlock()
+	if full {
+		g.roomChanged()
+	}
+}
+
+// roomChanged wakes the feeds waiting for room (see room).
+func (g *Group) roomChanged() {
+	for range len(priorities()) {
+		select {
+		case g.roomSignal <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // receiverToken returns the receiver token of a direct subject, unchecked:
@@ -628,7 +698,10 @@ func (g *Group) Close() {
 	g.feeds = map[wire.Priority]*feed{}
 	g.mu.Unlock()
 	for _, f := range feeds {
-		f.stop(true)
+		f.stop()
+	}
+	g.roomChanged() // a feed waiting for room sees it stopped
+	for _, f := range feeds {
 		f.wg.Wait()
 	}
 	close(g.done)
@@ -645,102 +718,86 @@ func (g *Group) Close() {
 }
 
 // feed reads the group's consumer of one priority and routes each message
-// (see Group.route).
+// (see Group.route). It pulls only as many messages as the group has room
+// for (see Group.room): the server keeps the rest, where no ack clock
+// runs, rather than the agents' inboxes, where each would need keeping
+// alive.
 type feed struct {
 	g        *Group
 	priority wire.Priority
 	policy   DeliveryPolicy
 	name     string
-	cons     jetstream.Consumer // nil until run binds it
+	cons     jetstream.Consumer // nil: bind a fresh handle
 
-	mu      sync.Mutex
-	it      jetstream.MessagesContext
+	ctx     context.Context // ends when the feed stops: a pull under way returns
+	cancel  context.CancelFunc
 	stopped chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
 }
 
-// groupPull is how many messages a feed asks for at once: the group's
-// agents share it, so it is larger than one agent's prefetch.
+// groupPull is the most messages a feed asks for at once.
 const groupPull = 256
 
 func (f *feed) run() {
 	retry := reopenBackOff()
 	for {
-		it, err := f.open()
-		if err != nil {
-			f.g.onError(fmt.Errorf("agentkit: group consumer %s: %w", f.name, err))
-			if !f.pause(retry.NextBackOff()) {
+		n, ok := f.g.room(f.stopped)
+		if !ok {
+			return
+		}
+		if f.cons == nil {
+			ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+			cons, err := f.g.js.Consumer(ctx, f.g.scheme.Stream(), f.name)
+			cancel()
+			if err != nil {
+				if f.failed(err, retry) {
+					continue
+				}
 				return
 			}
-			continue
+			f.cons = cons
 		}
-		if it == nil {
-			return
-		}
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrConnectionClosed) {
-					break
-				}
-				f.g.onError(fmt.Errorf("agentkit: group consumer %s: %w", f.name, err))
-				continue
-			}
-			retry.Reset()
-			if msg.Headers().Get(headerPinID) != "" {
-				// A forged pin id would have nats.go send it with every
-				// later pull: read on a fresh handle.
-				f.mu.Lock()
-				f.cons = nil
-				f.mu.Unlock()
-				it.Stop()
-			}
-			f.g.route(f.priority, msg)
-		}
-		select {
-		case <-f.stopped:
-			return
-		default:
-		}
-		if !f.pause(retry.NextBackOff()) {
+		if !f.pull(min(n, groupPull), retry) {
 			return
 		}
 	}
 }
 
-// open binds the consumer if needed and opens an iterator; nil once the
-// feed is stopped.
-func (f *feed) open() (jetstream.MessagesContext, error) {
-	f.mu.Lock()
-	cons := f.cons
-	f.mu.Unlock()
-	if cons == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var err error
-		cons, err = f.g.js.Consumer(ctx, f.g.scheme.Stream(), f.name)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-f.stopped:
-		return nil, nil
-	default:
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(groupPull), jetstream.PullExpiry(f.policy.pullExpiry()))
+// pull asks for up to n messages, waiting at most the policy's pull expiry
+// for them, and routes what comes; false once the feed is stopped.
+func (f *feed) pull(n int, retry backoff.BackOff) bool {
+	ctx, cancel := context.WithTimeout(f.ctx, f.policy.pullExpiry())
+	defer cancel()
+	batch, err := f.cons.Fetch(n, jetstream.FetchContext(ctx))
 	if err != nil {
-		return nil, err
+		return f.failed(err, retry)
 	}
-	f.cons, f.it = cons, it
-	return it, nil
+	for msg := range batch.Messages() {
+		if msg.Headers().Get(headerPinID) != "" {
+			// A forged pin id would have nats.go send it with every later
+			// pull: the next pull goes on a fresh handle.
+			f.cons = nil
+		}
+		f.g.route(f.priority, msg)
+	}
+	switch err := batch.Error(); {
+	case err == nil, ctx.Err() != nil, errors.Is(err, nats.ErrTimeout):
+		retry.Reset()
+		return f.ctx.Err() == nil
+	default:
+		return f.failed(err, retry)
+	}
 }
 
-func (f *feed) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
+// failed reports err and pauses for retry's next interval; false once the
+// feed is stopped.
+func (f *feed) failed(err error, retry backoff.BackOff) bool {
+	if f.ctx.Err() != nil {
+		return false
+	}
+	f.g.onError(fmt.Errorf("agentkit: group consumer %s: %w", f.name, err))
+	t := time.NewTimer(retry.NextBackOff())
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -750,22 +807,13 @@ func (f *feed) pause(d time.Duration) bool {
 	}
 }
 
-// stop ends the feed. With drain, the messages its iterator buffers are
-// still routed (the group holds those of agents no longer running, and
-// Close gives them back); without, the server redelivers them after
-// their ack timeout.
-func (f *feed) stop(drain bool) {
+// stop ends the feed: a pull under way returns, and what it had received
+// is still routed (the group holds what is for agents no longer running,
+// and Close gives it back).
+func (f *feed) stop() {
 	f.once.Do(func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
 		close(f.stopped)
-		switch {
-		case f.it == nil:
-		case drain:
-			f.it.Drain()
-		default:
-			f.it.Stop()
-		}
+		f.cancel()
 	})
 }
 

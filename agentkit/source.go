@@ -313,8 +313,17 @@ type inbox struct {
 
 	mu       sync.Mutex
 	q        []*delivery
-	closed   bool // no more messages are taken
-	draining bool // closed by Drain: the reader takes what is queued
+	closed   bool      // no more messages are taken
+	draining bool      // closed by Drain: the reader takes what is queued
+	took     func(int) // tells the group how many messages left the inbox
+}
+
+// countWith has the inbox tell took how many messages leave it: taken by
+// the reader, or left behind when it closes without draining.
+func (b *inbox) countWith(took func(int)) {
+	b.mu.Lock()
+	b.took = took
+	b.mu.Unlock()
 }
 
 // push queues msg for the agent; false once the inbox is closed (the
@@ -347,7 +356,11 @@ func (b *inbox) next(quit <-chan struct{}) (*delivery, bool) {
 			d := b.q[0]
 			b.q[0] = nil
 			b.q = b.q[1:]
+			took := b.took
 			b.mu.Unlock()
+			if took != nil {
+				took(1)
+			}
 			return d, true
 		}
 		closed := b.closed
@@ -358,8 +371,22 @@ func (b *inbox) next(quit <-chan struct{}) (*delivery, bool) {
 		select {
 		case <-b.wake:
 		case <-quit:
+			b.abandon()
 			return nil, false
 		}
+	}
+}
+
+// abandon empties the inbox, counting what it held out of the group: the
+// reader will not take it, and shutdown hands it back from the waiting
+// set.
+func (b *inbox) abandon() {
+	b.mu.Lock()
+	left, took := len(b.q), b.took
+	b.q = nil
+	b.mu.Unlock()
+	if took != nil && left > 0 {
+		took(left)
 	}
 }
 
@@ -369,6 +396,9 @@ func (b *inbox) close(drain bool) {
 	b.mu.Lock()
 	b.closed, b.draining = true, drain
 	b.mu.Unlock()
+	if !drain {
+		b.abandon()
+	}
 	select {
 	case b.wake <- struct{}{}:
 	default:
