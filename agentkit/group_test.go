@@ -1,6 +1,7 @@
 package agentkit_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -337,4 +338,65 @@ func TestGroup_CloseGivesBackHeldMessages(t *testing.T) {
 	if b.count() != 0 {
 		t.Errorf("the stopped b handled %d messages", b.count())
 	}
+}
+
+// A group pulls only what its buffer has room for: behind busy handlers
+// the server keeps the rest, and everything is handled once they free up.
+func TestGroup_BufferBoundsWhatIsPulled(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	nc := m.conn()
+	const buffer = 4
+	g, err := agentkit.NewGroup(nc, "proc1", agentkit.WithGroupBuffer(buffer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	release := make(chan struct{})
+	var handled recorder
+	a, err := agentkit.New(nc, "slow", agentkit.WithGroup(g), agentkit.WithFanoutActions(), agentkit.WithConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	if err := a.HandleFunc("work", func(ctx context.Context, m *agentkit.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return handled.handle(nil)(ctx, m)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	sender := m.started("boss", nil, agentkit.WithFanoutActions())
+	const n = 30
+	for range n {
+		if _, err := sender.Send(ctx(t), "slow", "work", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// At most: the buffer, a message in the normal queue (one per
+	// worker: concurrency 1), one in the reader's hand and one per worker
+	// running (two: the critical worker takes normal too when idle).
+	const most = buffer + 1 + 1 + 2
+	var info *jetstream.ConsumerInfo
+	eventually(t, 10*time.Second, "the feed to stop pulling", func() bool {
+		info, err = a.ConsumerInfo(ctx(t), wire.PriorityNormal)
+		return err == nil && info.NumAckPending > 0 && info.NumAckPending+int(info.NumPending) == n
+	})
+	for range 3 { // and it stays stopped while the handlers are busy
+		if info, err = a.ConsumerInfo(ctx(t), wire.PriorityNormal); err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending > most {
+			t.Fatalf("%d messages pulled with every handler busy, want at most %d", info.NumAckPending, most)
+		}
+		time.Sleep(100 * time.Millisecond) // a window for a pull that should not come; not a synchronisation
+	}
+	close(release)
+	eventually(t, 20*time.Second, "every message handled", func() bool { return handled.count() == n })
 }
