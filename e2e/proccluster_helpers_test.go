@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,7 +93,9 @@ var errPortTaken = errors.New("port taken")
 // procNode is one nats-server process of a procCluster.
 type procNode struct {
 	name                  string
-	port, cport, hport    int // client, cluster and monitoring ports
+	host                  string // the client port's address, which the test dials
+	port, cport, hport    int    // client, cluster and monitoring ports
+	netns                 string // the network namespace the process runs in; "": the test's own
 	dir                   string
 	conf                  string
 	logPath               string
@@ -164,7 +167,7 @@ func (c *procCluster) start(n int) error {
 		if err != nil {
 			return err
 		}
-		nd := &procNode{name: fmt.Sprintf("P-%d", i+1), port: ports[3*i], cport: ports[3*i+1], hport: ports[3*i+2],
+		nd := &procNode{name: fmt.Sprintf("P-%d", i+1), host: "127.0.0.1", port: ports[3*i], cport: ports[3*i+1], hport: ports[3*i+2],
 			dir: dir, conf: filepath.Join(dir, "node.conf"), logPath: filepath.Join(dir, "node.log")}
 		nd.clientURL = fmt.Sprintf("nats://127.0.0.1:%d", nd.port)
 		nd.healthzURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.hport)
@@ -201,6 +204,11 @@ func (c *procCluster) launch(nd *procNode) error {
 	}
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(c.bin, "-c", nd.conf)
+	if nd.netns != "" {
+		// ip execs the server once it has entered the namespace, so the
+		// process is the server itself and Pdeathsig still applies.
+		cmd = exec.Command(ipTool, "netns", "exec", nd.netns, c.bin, "-c", nd.conf)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -223,7 +231,7 @@ func (c *procCluster) launch(nd *procNode) error {
 			return fmt.Errorf("%s exited at start: %s", nd.name, log)
 		default:
 		}
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", nd.port), time.Second)
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(nd.host, strconv.Itoa(nd.port)), time.Second)
 		if err == nil {
 			conn.Close()
 			return nil
