@@ -146,6 +146,9 @@ func TestPartition_StreamLeaderCutOff(t *testing.T) {
 	if cur, err := streamLeader(); err != nil || cur != leader {
 		t.Fatalf("stream leader moved before the cut: %q (%v), want %s", cur, err, leader)
 	}
+	if cur, err := consumerLeader(); err != nil || cur != leader {
+		t.Fatalf("consumer leader moved before the cut: %q (%v), want %s", cur, err, leader)
+	}
 
 	cut := c.Cut(victim)
 	newLeader, elected := c.WaitNewLeader(60*time.Second, leader, streamLeader)
@@ -185,6 +188,29 @@ func TestPartition_StreamLeaderCutOff(t *testing.T) {
 		for _, nd := range c.nodes {
 			if err := nd.healthy(); err != nil {
 				return err
+			}
+		}
+		return nil
+	})
+	// And the stream's replicas: the cut-off one has dropped what it
+	// could not commit and caught up with the majority's leader.
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		s, err := ojs.Stream(ctx, scheme.Stream())
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			return fmt.Errorf("stream cluster %+v: want a leader and two replicas", info.Cluster)
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Offline || r.Lag != 0 {
+				return fmt.Errorf("replica %s not current (lag %d, offline %v)", r.Name, r.Lag, r.Offline)
 			}
 		}
 		return nil
@@ -264,7 +290,7 @@ func TestPartition_StreamLeaderCutOff(t *testing.T) {
 	t.Logf("cut %s (stream and consumer leader) at 0: new stream leader %s seen %s, consumer leader %s seen %s; majority: first handled %s, first Send OK %s",
 		leader, newLeader, at(elected), newConsumerLeader, at(consumerElected), at(maj.firstHandled), at(maj.firstSendOK))
 	t.Logf("minority Sends failed while cut off (ended at, from the cut): %v; their durations: %v", failTimes, failDurs)
-	t.Logf("healed at %s: all nodes healthy %s after the heal; minority: first Send OK %s, first handled %s",
+	t.Logf("healed at %s: all nodes healthy and stream replicas current %s after the heal; minority: first Send OK %s, first handled %s",
 		at(heal), sinceHeal(current), sinceHeal(minAfter.firstSendOK), sinceHeal(minAfter.firstHandled))
 	t.Logf("majority: %d Sends OK, %d failed, slowest %v; minority: %d Sends OK, %d failed %v, slowest %v; lost %d+%d, %d duplicate handler calls",
 		sentMaj, majFailed, slowestMaj.Round(time.Millisecond), sentMin, failed, minFailErrs, slowestMin.Round(time.Millisecond), len(lostMaj), len(lostMin), dups)
