@@ -289,7 +289,7 @@ func TestPartition_StreamLeaderCutOff(t *testing.T) {
 
 	t.Logf("cut %s (stream and consumer leader) at 0: new stream leader %s seen %s, consumer leader %s seen %s; majority: first handled %s, first Send OK %s",
 		leader, newLeader, at(elected), newConsumerLeader, at(consumerElected), at(maj.firstHandled), at(maj.firstSendOK))
-	t.Logf("minority Sends failed while cut off (ended at, from the cut): %v; their durations: %v", failTimes, failDurs)
+	t.Logf("minority Sends begun before the heal that failed after the cut (ended at, from the cut): %v; their durations: %v", failTimes, failDurs)
 	t.Logf("healed at %s: all nodes healthy and stream replicas current %s after the heal; minority: first Send OK %s, first handled %s",
 		at(heal), sinceHeal(current), sinceHeal(minAfter.firstSendOK), sinceHeal(minAfter.firstHandled))
 	t.Logf("majority: %d Sends OK, %d failed, slowest %v; minority: %d Sends OK, %d failed %v, slowest %v; lost %d+%d, %d duplicate handler calls",
