@@ -6,9 +6,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	mathbig "math/big"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -346,4 +349,65 @@ func removeStaleNetns(t *testing.T) {
 			t.Logf("removed namespace %s of a test binary (pid %d) that is gone", name, pid)
 		}
 	}
+}
+
+// logWarnings logs the last warnings and errors of every node's log, for
+// a failed test: where a node stopped catching up or lost its routes.
+func (c *netnsCluster) logWarnings() {
+	for _, nd := range c.nodes {
+		b, err := os.ReadFile(nd.logPath)
+		if err != nil {
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "[WRN]") || strings.Contains(l, "[ERR]") {
+				lines = append(lines, l)
+			}
+		}
+		c.t.Logf("%s (%s) warnings and errors, last %d of %d:\n%s", nd.name, nd.netns, min(40, len(lines)), len(lines), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
+}
+
+// streamStates returns what each node stores of stream, as its own
+// monitoring endpoint tells: messages, last sequence and the leader it
+// knows. For failures.
+func (c *netnsCluster) streamStates(stream string) string {
+	var out []string
+	client := http.Client{Timeout: 2 * time.Second}
+	for _, nd := range c.nodes {
+		resp, err := client.Get(fmt.Sprintf("http://%s:%d/jsz?accounts=true&streams=true", nd.host, nd.hport))
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", nd.name, err))
+			continue
+		}
+		var jsz struct {
+			Accounts []struct {
+				Streams []struct {
+					Name  string `json:"name"`
+					State struct {
+						Msgs    uint64 `json:"messages"`
+						LastSeq uint64 `json:"last_seq"`
+					} `json:"state"`
+					Cluster struct {
+						Leader string `json:"leader"`
+					} `json:"cluster"`
+				} `json:"stream_detail"`
+			} `json:"account_details"`
+		}
+		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&jsz)
+		resp.Body.Close()
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", nd.name, err))
+			continue
+		}
+		for _, a := range jsz.Accounts {
+			for _, s := range a.Streams {
+				if s.Name == stream {
+					out = append(out, fmt.Sprintf("%s: %d messages, last %d, leader %q", nd.name, s.State.Msgs, s.State.LastSeq, s.Cluster.Leader))
+				}
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
