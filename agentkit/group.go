@@ -39,10 +39,12 @@ import (
 // by its own consumer "<agent>_<priority>", which catches up to the point
 // where the group took over and is then deleted.
 //
-// Agents of a group share their direct consumers' ack timeouts, attempts
-// and ack-pending window: they must use the same delivery policies, and
-// a backlog of one member held by the runtime counts against the
-// window of all. Create it with [NewGroup]; close it with [Group.Close]
+// The feeds pull only while the members hold fewer than the group's
+// buffer of received messages waiting for a worker ([WithGroupBuffer]):
+// a backlog stays in the stream. Agents of a group share their direct
+// consumers' ack timeouts, attempts, ack-pending window and that buffer:
+// they must use the same delivery policies, and a backlog of one member
+// held by the runtime counts against those of all. Create it with [NewGroup]; close it with [Group.Close]
 // after its agents have stopped.
 type Group struct {
 	name          string
