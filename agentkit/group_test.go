@@ -34,6 +34,18 @@ func groupAgent(t *testing.T, nc *nats.Conn, g *agentkit.Group, id string, rec *
 	return a
 }
 
+// newGroup returns group name on nc, closed when the test ends (after the
+// agents the test started later stop: cleanups run last first).
+func newGroup(t *testing.T, nc *nats.Conn, name string, opts ...agentkit.GroupOption) *agentkit.Group {
+	t.Helper()
+	g, err := agentkit.NewGroup(nc, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return g
+}
+
 // consumerNames returns the names of MESH's consumers.
 func consumerNames(t *testing.T, nc *nats.Conn) []string {
 	t.Helper()
@@ -61,11 +73,7 @@ func TestGroup_AgentsShareFiveConsumers(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	nc := m.conn()
-	g, err := agentkit.NewGroup(nc, "proc1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := newGroup(t, nc, "proc1")
 	recs := map[string]*recorder{}
 	for i := range 3 {
 		id := fmt.Sprintf("w%d", i)
@@ -121,11 +129,7 @@ func TestGroup_CatchUpDeliversEarlierMessages(t *testing.T) {
 	m := newMesh(t)
 	nc := m.conn()
 	sender := m.started("boss", nil, agentkit.WithFanoutActions())
-	g, err := agentkit.NewGroup(nc, "proc1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := newGroup(t, nc, "proc1")
 	var first recorder
 	groupAgent(t, nc, g, "first", &first) // the group's consumers exist before "late" joins
 
@@ -183,11 +187,7 @@ func TestGroup_HoldsMessagesOfStoppedMember(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	nc := m.conn()
-	g, err := agentkit.NewGroup(nc, "proc1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := newGroup(t, nc, "proc1")
 	var a, b1 recorder
 	groupAgent(t, nc, g, "a", &a)
 	bAgent := groupAgent(t, nc, g, "b", &b1)
@@ -213,11 +213,7 @@ func TestGroup_RefusesDifferentPolicy(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	nc := m.conn()
-	g, err := agentkit.NewGroup(nc, "proc1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := newGroup(t, nc, "proc1")
 	var rec recorder
 	groupAgent(t, nc, g, "a", &rec)
 	b, err := agentkit.New(nc, "b", agentkit.WithGroup(g), agentkit.WithPolicy(wire.PriorityNormal, fastPolicy(time.Second, 2*time.Second)))
@@ -238,11 +234,7 @@ func TestGroup_TwoProcessesShareTheWork(t *testing.T) {
 	recs := map[string]*recorder{}
 	for p := range 2 {
 		nc := m.conn()
-		g, err := agentkit.NewGroup(nc, "pool")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(g.Close)
+		g := newGroup(t, nc, "pool")
 		for _, id := range []string{"x", "y"} {
 			rec := &recorder{}
 			recs[fmt.Sprintf("%s@%d", id, p)] = rec
@@ -281,11 +273,7 @@ func TestGroup_ForgedPinID(t *testing.T) {
 	m := newMesh(t)
 	adv := m.watchAdvisories()
 	nc := m.conn()
-	g, err := agentkit.NewGroup(nc, "proc1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := newGroup(t, nc, "proc1")
 	var rec, other recorder
 	recv := groupAgent(t, nc, g, "recv", &rec)
 	groupAgent(t, nc, g, "other", &other)
@@ -347,11 +335,7 @@ func TestGroup_BufferBoundsWhatIsPulled(t *testing.T) {
 	m := newMesh(t)
 	nc := m.conn()
 	const buffer = 4
-	g, err := agentkit.NewGroup(nc, "proc1", agentkit.WithGroupBuffer(buffer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := newGroup(t, nc, "proc1", agentkit.WithGroupBuffer(buffer))
 	release := make(chan struct{})
 	var handled recorder
 	a, err := agentkit.New(nc, "slow", agentkit.WithGroup(g), agentkit.WithFanoutActions(), agentkit.WithConcurrency(1))
