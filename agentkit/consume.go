@@ -289,7 +289,6 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 			// A catch-up's message past its end: the group delivers it.
 			// The ack only moves this consumer on; it samples no acks.
 			r.brokerErr(msg.Ack(), d, "ack")
-			src.pastEnd.Store(true)
 			continue
 		}
 		if !r.forward(src, d, out) {

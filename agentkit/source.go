@@ -41,9 +41,8 @@ type source struct {
 	// source then reads what the group routes to it, and cons is nil.
 	inbox *inbox
 	// until is set on a catch-up (see Group): the stream sequence after
-	// which the group delivers; pastEnd says a message past it came.
-	until   uint64
-	pastEnd atomic.Bool
+	// which the group delivers.
+	until uint64
 
 	mu      sync.Mutex
 	it      jetstream.MessagesContext
