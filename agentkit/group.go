@@ -687,8 +687,8 @@ func receiverToken(s subjects.Scheme, subject string) string {
 }
 
 // Close stops the group's feeds and gives back the messages it holds, or
-// has received, for agents not running here. Stop or drain the group's agents first: their
-// inboxes are theirs to hand back.
+// has received, for agents not running here. Stop or drain the group's
+// agents first: their inboxes are theirs to hand back.
 func (g *Group) Close() {
 	g.mu.Lock()
 	if g.closed {
