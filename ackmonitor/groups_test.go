@@ -184,19 +184,7 @@ func testGroupAttribution(t *testing.T, kind storeKind) {
 		to, msg string
 	}
 	var members, peers []sent
-	seqOf := func(env *wire.Envelope) uint64 {
-		t.Helper()
-		raw, err := js.Stream(ctx, subjects.Default.Stream())
-		if err != nil {
-			t.Fatal(err)
-		}
-		subj, _ := subjects.Default.Direct(env.ReceiverID, "normal", "client")
-		msg, err := raw.GetLastMsgForSubject(ctx, subj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return msg.Sequence
-	}
+	seqOf := func(env *wire.Envelope) uint64 { return lastSentTo(t, ctx, js, env.ReceiverID) }
 	for _, msg := range messages {
 		for _, to := range []string{msg.to, msg.peer} {
 			env, err := client.Send(ctx, to, "work", nil)
@@ -355,16 +343,7 @@ func TestGroups_AckFloorOfTheGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mesh, err := js.Stream(ctx, subjects.Default.Stream())
-		if err != nil {
-			t.Fatal(err)
-		}
-		subj, _ := subjects.Default.Direct(env.ReceiverID, "normal", "client")
-		msg, err := mesh.GetLastMsgForSubject(ctx, subj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return msg.Sequence
+		return lastSentTo(t, ctx, js, env.ReceiverID)
 	}
 	fetchAck := func(c jetstream.Consumer, n int) []uint64 {
 		t.Helper()
@@ -601,4 +580,20 @@ func TestGroups_AgentkitGroup(t *testing.T) {
 			t.Errorf("member %s listed as a receiver without a consumer", u.Receiver)
 		}
 	}
+}
+
+// lastSentTo returns the stream sequence of the last normal-priority
+// direct message "client" sent to receiver.
+func lastSentTo(t *testing.T, ctx context.Context, js jetstream.JetStream, receiver string) uint64 {
+	t.Helper()
+	mesh, err := js.Stream(ctx, subjects.Default.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := subjects.Default.Direct(receiver, "normal", "client")
+	msg, err := mesh.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg.Sequence
 }
