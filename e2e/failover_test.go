@@ -112,6 +112,22 @@ func (tl *timeline) connOpts(name string, v failoverVariant) []nats.Option {
 	return opts
 }
 
+// startWorker starts the receiving agent "worker" on nc, recording its
+// handled messages and errors in tl; the caller stops it. Its Start is
+// retried until the cluster serves it.
+func (tl *timeline) startWorker(t *testing.T, ctx context.Context, nc *nats.Conn, opts []agentkit.Option) *agentkit.Agent {
+	t.Helper()
+	recv, err := agentkit.New(nc, "worker", append(slices.Clone(opts), agentkit.WithErrorHandler(tl.asyncError))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recv.HandleFunc("work", tl.handle); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error { return recv.Start(ctx) })
+	return recv
+}
+
 func (tl *timeline) asyncError(err error) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -315,13 +331,8 @@ func measureFailover(t *testing.T, c *procCluster, v failoverVariant, local bool
 	// Both clients connect to node 0 first, so they share a node.
 	recvConn := c.Connect(0, tl.connOpts("receiver", v)...)
 	sendConn := c.Connect(0, tl.connOpts("sender", v)...)
-	recv, err := agentkit.New(recvConn, "worker", append(slices.Clone(opts), agentkit.WithErrorHandler(tl.asyncError))...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recv := tl.startWorker(t, ctx, recvConn, opts)
 	defer recv.Stop()
-	recv.HandleFunc("work", tl.handle)
-	natstest.WaitFor(t, 30*time.Second, func() error { return recv.Start(ctx) })
 	sender, err := agentkit.New(sendConn, "sender", opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -89,13 +89,8 @@ func TestPartition_StreamLeaderCutOff(t *testing.T) {
 	sendConn := c.ConnectOnly([]int{majority[1], majority[0]}, tl.connOpts("sender", failoverVariant{})...)
 	minConn := c.ConnectOnly([]int{victim}, minTL.connOpts("minority", failoverVariant{})...)
 
-	recv, err := agentkit.New(recvConn, "worker", append(slices.Clone(opts), agentkit.WithErrorHandler(tl.asyncError))...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recv := tl.startWorker(t, ctx, recvConn, opts)
 	defer recv.Stop()
-	recv.HandleFunc("work", tl.handle)
-	natstest.WaitFor(t, 30*time.Second, func() error { return recv.Start(ctx) })
 	sender, err := agentkit.New(sendConn, "sender", opts...)
 	if err != nil {
 		t.Fatal(err)
