@@ -277,16 +277,7 @@ func TestGroup_ForgedPinID(t *testing.T) {
 	var rec, other recorder
 	recv := groupAgent(t, nc, g, "recv", &rec)
 	groupAgent(t, nc, g, "other", &other)
-	js, err := jetstream.New(m.conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent.recv.normal.sender", Data: rawEnvelope(t, func(map[string]any) {}),
-		Header: nats.Header{"Nats-Pin-Id": {"forged-pin"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the forged pin terminated", func() bool { return len(adv.of(subjects.EventTerminated, ack.Sequence)) == 1 })
+	forgePin(t, m, adv, "recv")
 	sender := m.agent("sender")
 	for i := range 3 {
 		if _, err := sender.Send(ctx(t), "other", "work", nil); err != nil {

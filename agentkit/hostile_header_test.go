@@ -191,16 +191,7 @@ func TestHostileInput_ForgedPinID(t *testing.T) {
 	adv := m.watchAdvisories()
 	var rec recorder
 	recv := m.started("recv", map[string]agentkit.HandlerFunc{"work": rec.handle(nil)})
-	js, err := jetstream.New(m.conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent.recv.normal.sender", Data: rawEnvelope(t, func(map[string]any) {}),
-		Header: nats.Header{"Nats-Pin-Id": {"forged-pin"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the forged pin terminated", func() bool { return len(adv.of(subjects.EventTerminated, ack.Sequence)) == 1 })
+	forgePin(t, m, adv, "recv")
 	sender := m.agent("sender")
 	for i := range 3 {
 		if _, err := sender.Send(ctx(t), "recv", "work", nil); err != nil {
@@ -211,6 +202,22 @@ func TestHostileInput_ForgedPinID(t *testing.T) {
 	if err := recv.Err(); err != nil {
 		t.Fatalf("Err() = %v after the reader read again", err)
 	}
+}
+
+// forgePin publishes to receiver a message carrying a forged Nats-Pin-Id
+// header and waits until the receiver terminated it.
+func forgePin(t *testing.T, m *mesh, adv *advisories, receiver string) {
+	t.Helper()
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(ctx(t), &nats.Msg{Subject: "mesh.agent." + receiver + ".normal.sender", Data: rawEnvelope(t, func(map[string]any) {}),
+		Header: nats.Header{"Nats-Pin-Id": {"forged-pin"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the forged pin terminated", func() bool { return len(adv.of(subjects.EventTerminated, ack.Sequence)) == 1 })
 }
 
 // A large envelope whose object the sender made wrong (a link, metadata
