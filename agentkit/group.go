@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -44,30 +45,32 @@ import (
 // a backlog stays in the stream. Agents of a group share their direct
 // consumers' ack timeouts, attempts, ack-pending window and that buffer:
 // they must use the same delivery policies, and a backlog of one member
-// held by the runtime counts against those of all. Create it with [NewGroup]; close it with [Group.Close]
-// after its agents have stopped.
+// held by the runtime counts against those of all. Create it with
+// [NewGroup]; close it with [Group.Close] after its agents have stopped.
 type Group struct {
 	name          string
 	js            jetstream.JetStream
 	scheme        subjects.Scheme
 	maxAckPending int
+	buffer        int // see WithGroupBuffer
 	logger        *slog.Logger
 	onError       func(error)
 
+	// held counts the messages in the members' inboxes, which the feeds
+	// keep below buffer (see room); every routed message changes it, so
+	// it takes no lock.
+	held atomic.Int64
+
 	joinMu sync.Mutex // one filter update at a time
 
-	mu       sync.Mutex
-	stream   jetstream.Stream                 // set once the group has loaded
-	filters  map[wire.Priority][]string       // the member ids in each consumer's filters
-	own      map[string]bool                  // the names of agents' own direct consumers
-	policies map[wire.Priority]DeliveryPolicy // the members' shared policies
-	members  map[string]*member               // the agents started in this process
-	joining  []*joinReq                       // the joins the next round takes
-	feeds    map[wire.Priority]*feed
-	// held counts the messages in the members' inboxes, which the feeds
-	// keep below buffer (see room).
-	held       int
-	buffer     int
+	mu         sync.Mutex
+	stream     jetstream.Stream                 // set once the group has loaded
+	filters    map[wire.Priority][]string       // the member ids in each consumer's filters
+	own        map[string]bool                  // the names of agents' own direct consumers
+	policies   map[wire.Priority]DeliveryPolicy // the members' shared policies
+	members    map[string]*member               // the agents started in this process
+	joining    []*joinReq                       // the joins the next round takes
+	feeds      map[wire.Priority]*feed
 	parked     map[*parkedMsg]struct{} // messages for agents not running here
 	closed     bool
 	roomSignal chan struct{} // wakes feeds waiting for room
@@ -627,9 +630,7 @@ func (g *Group) deliver(p wire.Priority, msg jetstream.Msg) bool {
 	if !m.inboxes[p].push(msg) {
 		return false
 	}
-	g.mu.Lock()
-	g.held++
-	g.mu.Unlock()
+	g.held.Add(1)
 	return true
 }
 
@@ -638,10 +639,7 @@ func (g *Group) deliver(p wire.Priority, msg jetstream.Msg) bool {
 // once stopped is closed.
 func (g *Group) room(stopped <-chan struct{}) (int, bool) {
 	for {
-		g.mu.Lock()
-		n := g.buffer - g.held
-		g.mu.Unlock()
-		if n > 0 {
+		if n := g.buffer - int(g.held.Load()); n > 0 {
 			return n, true
 		}
 		select {
@@ -655,11 +653,7 @@ func (g *Group) room(stopped <-chan struct{}) (int, bool) {
 // took counts n messages out of the members' inboxes, waking the feeds
 // waiting for room.
 func (g *Group) took(n int) {
-	g.mu.Lock()
-	full := g.held >= g.buffer
-	g.held -= n
-	g.mu.Unlock()
-	if full {
+	if left := g.held.Add(-int64(n)); left+int64(n) >= int64(g.buffer) {
 		g.roomChanged()
 	}
 }
