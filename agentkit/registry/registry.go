@@ -68,6 +68,10 @@ type Instance struct {
 	// server leaves no marker when the key expires. 0 (a writer that does
 	// not say) leaves the judgement to the server's expiry.
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// Since is when the instance started. Instances of one agent that
+	// state it take turns: only the eldest live one consumes (see
+	// [View.Elder]). Zero (a writer that does not say) takes no part.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // maxTTLSeconds is the largest TTL a reader takes from a record: more

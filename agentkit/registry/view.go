@@ -111,6 +111,7 @@ type View struct {
 	health    map[string]health                   // degraded marks
 	silent    map[string]health                   // unavailable marks
 	watchers  []chan Event
+	followers map[string][]chan struct{} // agent → Follow channels
 	// nextExpiry is when the first record in the cache can expire: a
 	// sweep before it has nothing to drop. Every instance renews its
 	// record each heartbeat, so the view scans its records about once a
@@ -395,6 +396,12 @@ func (r *View) apply(e jetstream.KeyValueEntry) string {
 func (r *View) notify(agent string) {
 	r.mu.RLock()
 	none := len(r.watchers) == 0
+	for _, c := range r.followers[agent] {
+		select {
+		case c <- struct{}{}:
+		default: // a signal is pending: the follower reads the view once for both
+		}
+	}
 	r.mu.RUnlock()
 	if none {
 		return // most views have no watcher: every heartbeat would merge a record for nobody
@@ -530,6 +537,49 @@ func (r *View) Watch(ctx context.Context) <-chan Event {
 		}
 	})
 	return c
+}
+
+// Follow returns a channel that receives a signal whenever the view's
+// records of agent change (signals coalesce: read the view on each), and
+// a function that stops it. It costs nothing for other agents' changes.
+func (r *View) Follow(agent string) (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.followers == nil {
+		r.followers = map[string][]chan struct{}{}
+	}
+	r.followers[agent] = append(r.followers[agent], c)
+	return c, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.followers[agent] = slices.DeleteFunc(r.followers[agent], func(f chan struct{}) bool { return f == c })
+		if len(r.followers[agent]) == 0 {
+			delete(r.followers, agent)
+		}
+	}
+}
+
+// Elder returns a live instance of agent that ranks before instance,
+// started at since: one whose record states an earlier start (or the same
+// start and a smaller instance id), is not STOPPED and has not outlived
+// its TTL. Instances that take turns consume only while they have no
+// elder, so one instance at a time reads an agent's consumers. Records
+// that state no start take no part.
+func (r *View) Elder(agent, instance string, since time.Time) (string, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	now := time.Now()
+	eldest, eldestSince := instance, since
+	for id, e := range r.instances[agent] {
+		if e.rec.Since.IsZero() || e.rec.Status == StatusStopped || e.expired(now) {
+			continue
+		}
+		if c := e.rec.Since.Compare(eldestSince); c < 0 || c == 0 && id < eldest {
+			eldest, eldestSince = id, e.rec.Since
+		}
+	}
+	return eldest, eldest != instance
 }
 
 // Degraded reports whether the view holds a degraded mark for agent,

@@ -155,3 +155,34 @@ func TestRegistryDropExpired_AsTheMarkerWould(t *testing.T) {
 		})
 	}
 }
+
+// Elder ranks the live instances that state their start by it, then by
+// instance id; a STOPPED, expired or start-less record takes no part.
+func TestRegistryElder(t *testing.T) {
+	r := &View{instances: map[string]map[string]instanceEntry{}, gone: map[string]Status{},
+		health: map[string]health{}, silent: map[string]health{}}
+	put := func(inst, status, since string, at time.Time) {
+		v := `{"id":"w","instance":"` + inst + `","status":"` + status + `","ttl_seconds":15` + since + `}`
+		r.apply(entry{key: "agent.w." + inst, value: []byte(v), op: jetstream.KeyValuePut, at: at})
+	}
+	now := time.Now()
+	t0 := now.Add(-time.Minute).UTC()
+	at := func(d time.Duration) string { return `,"since":"` + t0.Add(d).Format(time.RFC3339Nano) + `"` }
+	put("i3", "READY", at(3*time.Second), now)
+	if _, ok := r.Elder("w", "i5", t0.Add(5*time.Second)); !ok {
+		t.Fatal("i5 has no elder though i3 started before it")
+	}
+	if e, ok := r.Elder("w", "i3", t0.Add(3*time.Second)); ok {
+		t.Fatalf("i3 has elder %s", e)
+	}
+	put("i2", "READY", at(3*time.Second), now) // same start, smaller id
+	if e, _ := r.Elder("w", "i3", t0.Add(3*time.Second)); e != "i2" {
+		t.Fatalf("elder of i3 = %s, want i2 (same start, smaller id)", e)
+	}
+	put("i1", "STOPPED", at(0), now)
+	put("i0", "READY", "", now)                                 // states no start
+	put("i9", "READY", at(-time.Second), now.Add(-time.Minute)) // outlived its TTL
+	if e, _ := r.Elder("w", "i5", t0.Add(5*time.Second)); e != "i2" {
+		t.Fatalf("elder of i5 = %s, want i2: STOPPED, start-less and expired records take no part", e)
+	}
+}
