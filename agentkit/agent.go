@@ -30,8 +30,10 @@ import (
 // then call [Agent.Start]; end with [Agent.Drain] or [Agent.Stop].
 //
 // All methods are safe for concurrent use. Several Agent values (in one
-// process or many) may share one id: they are instances of the same agent,
-// share its consumers and split its messages between them.
+// process or many) may share one id: they are instances of the same agent
+// and share its consumers. By default they take turns: the eldest live
+// instance consumes and the others stand by (see [Agent.Consuming],
+// [WithConcurrentInstances]).
 type Agent struct {
 	id   string
 	nc   *nats.Conn
@@ -50,6 +52,9 @@ type Agent struct {
 	lost      atomic.Pointer[error]
 
 	instance string         // this instance's registry key suffix
+	since    time.Time      // when Start began: this instance's place in its agent's turns
+	turns    *turns         // set by Start when the instances take turns
+	unfollow func()         // stops the registry's signals for turns
 	registry *registry.View // set by Start when registration is on: shared by the agents on nc
 	// releaseRegistry gives the registry back (see [registry.Acquire]).
 	releaseRegistry func()
@@ -229,9 +234,22 @@ func (a *Agent) start(ctx context.Context) error {
 			return err
 		}
 		a.registry, a.releaseRegistry = reg, release
+		a.since = time.Now().UTC()
+		if !a.opts.concurrentInstances && a.opts.group == nil {
+			a.turns = newTurns(reg, a.id, a.instance, a.since, a.opts.heartbeat, a.opts.logger)
+			a.turns.standBy = a.recv.standDown
+		}
+		begun := time.Now()
 		if err := a.announce(ctx, StatusInitializing); err != nil {
+			a.endTurns()
 			release()
 			return err
+		}
+		if a.turns != nil {
+			var follow <-chan struct{}
+			follow, a.unfollow = reg.Follow(a.id)
+			a.turns.follow = follow
+			a.turns.renewed(begun)
 		}
 		if rec, ok := reg.Get(a.id); ok && rec.Degraded {
 			// A (re)started agent starts with a clean slate.
@@ -247,6 +265,7 @@ func (a *Agent) start(ctx context.Context) error {
 			s.stop(false)
 		}
 		if a.registry != nil {
+			a.endTurns()
 			a.releaseRegistry()
 		}
 	}
@@ -312,7 +331,7 @@ func (a *Agent) openSource(cons jetstream.Consumer, spec queueSpec, q int) (*sou
 	bind := func(ctx context.Context) (jetstream.Consumer, error) {
 		return a.js.Consumer(ctx, a.opts.scheme.Stream(), name)
 	}
-	src, err := openSource(cons, bind, spec, q, a.opts.policies[spec.priority], a.opts.concurrency)
+	src, err := openSource(cons, bind, spec, q, a.opts.policies[spec.priority], a.opts.concurrency, a.turns)
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: consume %s: %w", src.label(), err)
 	}
@@ -724,6 +743,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 		close(a.hbDone)
 		a.heartbeat.Wait()
 	}
+	a.endTurns()
 	a.recv.handBackStranded()
 	a.recv.cancel()
 	if a.opts.group != nil {
@@ -835,15 +855,48 @@ func (a *Agent) announce(ctx context.Context, status AgentStatus) error {
 		Load: float64(inFlight) / float64(slots), InFlight: inFlight, Concurrency: slots,
 		LastHeartbeat: time.Now().UTC(),
 	}
+	if a.turns != nil {
+		rec.Since = a.since
+	}
 	return a.registry.Register(ctx, rec, 3*a.opts.heartbeat)
 }
 
-func (a *Agent) announceBestEffort(status AgentStatus) {
+// announceBestEffort announces status, reporting a failure to the error
+// handler; it returns whether the record was written.
+func (a *Agent) announceBestEffort(status AgentStatus) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
 	defer cancel()
 	if err := a.announce(ctx, status); err != nil {
 		a.asyncError(err)
+		return false
 	}
+	return true
+}
+
+// endTurns ends this instance's part in its agent's turns, if it took one.
+func (a *Agent) endTurns() {
+	if a.turns == nil {
+		return
+	}
+	a.turns.close()
+	if a.unfollow != nil {
+		a.unfollow()
+	}
+}
+
+// Consuming reports whether this instance reads the agent's consumers:
+// true once started, unless another instance of the agent consumes now.
+// Instances take turns by default (see [WithConcurrentInstances]): the
+// eldest live instance in the registry consumes, and the others stand by
+// until it stops (its record is deleted) or crashes (its record expires,
+// three heartbeat intervals after its last renewal). An instance whose
+// record goes unrenewed for two intervals stops fetching by itself, so two
+// instances never fetch at once while the registry works.
+func (a *Agent) Consuming() bool {
+	if a.lifecycle() != stateStarted {
+		return false
+	}
+	return a.turns == nil || a.turns.consuming()
 }
 
 // heartbeatLoop renews the registry record every heartbeat interval (READY,
@@ -855,10 +908,16 @@ func (a *Agent) heartbeatLoop() {
 	defer t.Stop()
 	hb, _ := a.opts.scheme.Heartbeat(a.id) // id validated in New
 	reported := false                      // the registry's watch ending, once
+	var follow <-chan struct{}             // changes of this agent's records, when the instances take turns
+	if a.turns != nil {
+		follow = a.turns.follow
+	}
 	for {
 		select {
 		case <-a.hbDone:
 			return
+		case <-follow:
+			a.turns.check()
 		case <-t.C:
 			if err := a.registry.Err(); err != nil && !reported {
 				reported = true
@@ -869,7 +928,10 @@ func (a *Agent) heartbeatLoop() {
 			if a.lifecycle() == stateStopping {
 				status = StatusStopping
 			}
-			a.announceBestEffort(status)
+			begun := time.Now()
+			if a.announceBestEffort(status) && a.turns != nil {
+				a.turns.renewed(begun)
+			}
 			a.announceMu.Unlock()
 			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.recv.inFlight.Load(), "at": time.Now().UTC()})
 			if err := a.nc.Publish(hb, b); err != nil {

@@ -126,6 +126,16 @@ func (r *receiver) startWorkers() {
 	r.scanner.Go(func() { r.scan(r.crew, r.keepAliveTick(), r.scanDone) })
 }
 
+// standDown stops the sources' fetching: another instance's turn began
+// (see turns).
+func (r *receiver) standDown() {
+	if p := r.sources.Load(); p != nil {
+		for _, s := range *p {
+			s.standDown()
+		}
+	}
+}
+
 // drain is Drain's part of shutdown: the readers stop fetching and hand
 // the workers what the client holds, then give up.
 func (r *receiver) drain() {
@@ -253,7 +263,11 @@ func (r *receiver) read(src *source, out chan<- *delivery) {
 	failing := &r.failing[src.queue] // what Err reports while the server turns the reader away
 	failed := false                  // the last Next failed
 	for {
-		msg, err := it.Next()
+		var msg jetstream.Msg
+		var err error = jetstream.ErrMsgIteratorClosed // none opened: another instance consumed
+		if it != nil {
+			msg, err = it.Next()
+		}
 		switch {
 		case err == nil:
 			if failed {
@@ -411,9 +425,16 @@ func (r *receiver) reopen(src *source, n int, failed bool, retry backoff.BackOff
 		if failed && !src.pause(retry.NextBackOff()) {
 			return nil
 		}
+		if src.turns != nil && !src.turns.await(src.done) {
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)
 		it, err := src.reopen(ctx, n)
 		cancel()
+		if errors.Is(err, errStandingBy) {
+			failed = false
+			continue
+		}
 		if err == nil {
 			return it
 		}

@@ -288,9 +288,9 @@ func TestRequest_RetrySameIDAfterTimeout(t *testing.T) {
 	}
 }
 
-// Two instances share one agent's consumer. One dies (its connection
-// closes) while holding messages mid-handler; the other handles everything,
-// including the messages the dead one never acked.
+// Two instances that consume at once share one agent's consumer. One dies
+// (its connection closes) while holding messages mid-handler; the other
+// handles everything, including the messages the dead one never acked.
 func TestInstances_ShareWorkAndSurviveACrash(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
@@ -318,7 +318,7 @@ func TestInstances_ShareWorkAndSurviveACrash(t *testing.T) {
 		}
 	}
 	connA := m.conn()
-	a, err := agentkit.New(connA, "worker", agentkit.WithPolicy(wire.PriorityNormal, pol), agentkit.WithConcurrency(2))
+	a, err := agentkit.New(connA, "worker", agentkit.WithPolicy(wire.PriorityNormal, pol), agentkit.WithConcurrency(2), agentkit.WithConcurrentInstances())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestInstances_ShareWorkAndSurviveACrash(t *testing.T) {
 	if err := a.Start(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	m.started("worker", map[string]agentkit.HandlerFunc{"work": handler("B")}, agentkit.WithPolicy(wire.PriorityNormal, pol))
+	m.started("worker", map[string]agentkit.HandlerFunc{"work": handler("B")}, agentkit.WithPolicy(wire.PriorityNormal, pol), agentkit.WithConcurrentInstances())
 	sender := m.agent("sender")
 	sent := map[string]bool{}
 	for i := range n {

@@ -40,20 +40,23 @@ type options struct {
 	requestTimeout time.Duration
 	stopGrace      time.Duration
 	register       bool
-	heartbeat      time.Duration
-	capabilities   []Capability
-	director       string
-	version        string
-	breaker        BreakerSettings
-	tracerProvider trace.TracerProvider
-	propagator     propagation.TextMapPropagator
-	logPayloads    bool
-	dedupWindow    time.Duration
-	sampleFreq     string
-	middleware     []Middleware
-	hooks          hooks
-	noTaskTracking bool
-	group          *Group
+	// concurrentInstances: every instance consumes at once, rather than
+	// taking turns (see turns).
+	concurrentInstances bool
+	heartbeat           time.Duration
+	capabilities        []Capability
+	director            string
+	version             string
+	breaker             BreakerSettings
+	tracerProvider      trace.TracerProvider
+	propagator          propagation.TextMapPropagator
+	logPayloads         bool
+	dedupWindow         time.Duration
+	sampleFreq          string
+	middleware          []Middleware
+	hooks               hooks
+	noTaskTracking      bool
+	group               *Group
 }
 
 func defaultOptions() options {
@@ -309,6 +312,19 @@ const MaxStreamConsumers = 100_000
 // and heartbeats (true, the default). Agents that only send may turn it off.
 func WithRegistration(on bool) Option {
 	return optionFunc(func(o *options) error { o.register = on; return nil })
+}
+
+// WithConcurrentInstances lets every instance of the agent consume at
+// once, splitting its messages between them, instead of taking turns (the
+// default, see [Agent.Consuming]). It trades guarantees for throughput
+// across instances: handled once and per-task order then hold within each
+// instance only, so after a leader change lost an ack, a redelivery may
+// run the handler again on another instance, and a task's messages may
+// run on two instances at once. Instances without registration
+// ([WithRegistration] false) always consume at once: turns are kept in
+// the registry.
+func WithConcurrentInstances() Option {
+	return optionFunc(func(o *options) error { o.concurrentInstances = true; return nil })
 }
 
 // WithHeartbeat sets the heartbeat interval. The registry key lives for

@@ -43,6 +43,9 @@ type source struct {
 	// until is set on a catch-up (see Group): the stream sequence after
 	// which the group delivers.
 	until uint64
+	// turns is set when the agent's instances take turns: the source
+	// fetches only while this instance consumes.
+	turns *turns
 
 	mu      sync.Mutex
 	it      jetstream.MessagesContext
@@ -50,9 +53,15 @@ type source struct {
 	done    chan struct{} // closed with stopped set: ends the reader's pause
 }
 
-func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.Consumer, error), spec queueSpec, queue int, policy DeliveryPolicy, workers int) (*source, error) {
-	s := &source{spec: spec, queue: queue, cons: cons, bind: bind, policy: policy, workers: workers,
+// openSource returns the source reading cons. It opens no iterator while
+// another instance consumes (see turns): the reader opens one when this
+// instance's turn comes.
+func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.Consumer, error), spec queueSpec, queue int, policy DeliveryPolicy, workers int, turns *turns) (*source, error) {
+	s := &source{spec: spec, queue: queue, cons: cons, bind: bind, policy: policy, workers: workers, turns: turns,
 		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1), done: make(chan struct{})}
+	if turns != nil && !turns.consuming() {
+		return s, nil
+	}
 	it, err := s.open(policy.Prefetch)
 	if err != nil {
 		return s, err
@@ -162,6 +171,11 @@ func (s *source) reopen(ctx context.Context, n int) (jetstream.MessagesContext, 
 	if cons != nil {
 		s.cons = cons
 	}
+	// Checked under mu, which standDown takes: an iterator opened just
+	// before this instance's turn ended is one standDown drains.
+	if s.turns != nil && !s.turns.consuming() {
+		return nil, errStandingBy
+	}
 	if s.policy.MaxPrefetch == 0 {
 		n = s.policy.Prefetch
 	}
@@ -206,10 +220,24 @@ func (s *source) stop(drain bool) {
 		s.inbox.close(drain)
 		return
 	}
-	if drain {
+	switch {
+	case s.it == nil: // never opened: another instance consumed
+	case drain:
 		s.it.Drain()
-	} else {
+	default:
 		s.it.Stop()
+	}
+}
+
+// standDown ends fetching when another instance's turn begins: the
+// iterator hands the reader what the client already holds, which this
+// instance handles, and the reader opens no next one until its turn comes
+// again (see receiver.reopen).
+func (s *source) standDown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped && s.it != nil {
+		s.it.Drain()
 	}
 }
 

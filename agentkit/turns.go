@@ -1,0 +1,151 @@
+package agentkit
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
+)
+
+// turns decides whether this instance of an agent consumes. Instances of
+// one agent take turns (the default, see [WithConcurrentInstances]): only
+// the eldest live instance in the registry reads the agent's consumers, and
+// the others stand by until its record is deleted (it stopped) or expires
+// (it crashed). So a redelivery, after a leader change lost an ack, comes
+// back to the instance whose handled set knows the message, and a task's
+// messages are handled in order by one instance.
+//
+// An instance consumes only while its own record is fresh: once two
+// heartbeat intervals pass without a renewal, it stops fetching (it is
+// fenced), a heartbeat before the others, which judge its record by its
+// TTL of three, can take it for gone.
+type turns struct {
+	view     *registry.View
+	id       string
+	instance string
+	since    time.Time
+	grace    time.Duration // how long after a renewal this instance may consume
+	logger   *slog.Logger
+	standBy  func()          // stops the readers' fetching; called without mu
+	follow   <-chan struct{} // signals a change of the agent's records (see registry.View.Follow)
+
+	mu     sync.Mutex
+	elder  string // the instance that consumes instead, if any
+	fenced bool   // no renewal within grace
+	ours   bool   // this instance consumes
+	wake   chan struct{}
+	fence  *time.Timer
+	closed bool
+}
+
+// errStandingBy: a reader may not fetch while another instance consumes.
+var errStandingBy = errors.New("agentkit: another instance consumes")
+
+func newTurns(view *registry.View, id, instance string, since time.Time, heartbeat time.Duration, logger *slog.Logger) *turns {
+	return &turns{view: view, id: id, instance: instance, since: since, grace: 2 * heartbeat, logger: logger,
+		fenced: true, wake: make(chan struct{}), standBy: func() {}}
+}
+
+// renewed records a successful renewal of the instance's record, begun at
+// at: the instance may consume until grace after it.
+func (t *turns) renewed(at time.Time) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	left := t.grace - time.Since(at)
+	if t.fence == nil {
+		t.fence = time.AfterFunc(left, t.expire)
+	} else {
+		t.fence.Reset(left)
+	}
+	t.fenced = left <= 0
+	t.mu.Unlock()
+	t.check()
+}
+
+// expire fences the instance: its record went unrenewed for grace.
+func (t *turns) expire() {
+	t.mu.Lock()
+	t.fenced = true
+	down := t.settle()
+	t.mu.Unlock()
+	if down {
+		t.standBy()
+	}
+}
+
+// check reads the registry for an elder instance.
+func (t *turns) check() {
+	elder, _ := t.view.Elder(t.id, t.instance, t.since)
+	t.mu.Lock()
+	if elder == t.instance {
+		elder = ""
+	}
+	t.elder = elder
+	down := t.settle()
+	t.mu.Unlock()
+	if down {
+		t.standBy()
+	}
+}
+
+// settle updates ours and reports whether the instance just stopped
+// consuming. Call it with mu held.
+func (t *turns) settle() bool {
+	ours := !t.fenced && t.elder == "" && !t.closed
+	if ours == t.ours {
+		return false
+	}
+	t.ours = ours
+	switch {
+	case ours:
+		close(t.wake)
+		t.logger.Info("instance consumes for its agent", "agent", t.id, "instance", t.instance)
+		return false
+	case t.fenced && !t.closed:
+		t.logger.Warn("instance stands by: its registry record went unrenewed", "agent", t.id, "instance", t.instance, "for", t.grace)
+	case !t.closed:
+		t.logger.Info("instance stands by: an elder instance consumes", "agent", t.id, "instance", t.instance, "elder", t.elder)
+	}
+	t.wake = make(chan struct{})
+	return true
+}
+
+// consuming reports whether the instance consumes now.
+func (t *turns) consuming() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ours
+}
+
+// await blocks until the instance consumes (true) or done closes (false).
+func (t *turns) await(done <-chan struct{}) bool {
+	for {
+		t.mu.Lock()
+		ours, wake := t.ours, t.wake
+		t.mu.Unlock()
+		if ours {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// close ends the turns: the instance no longer consumes.
+func (t *turns) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	if t.fence != nil {
+		t.fence.Stop()
+	}
+	t.settle()
+}

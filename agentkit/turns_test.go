@@ -1,0 +1,157 @@
+package agentkit_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+)
+
+// handling records, in the order handlers started, which instance ran
+// which message of which task.
+type handling struct {
+	mu    sync.Mutex
+	order []handled
+}
+
+type handled struct {
+	instance, task string
+	n              int
+}
+
+func (h *handling) handler(instance string) agentkit.HandlerFunc {
+	return func(_ context.Context, msg *agentkit.Message) error {
+		var n int
+		if err := msg.DecodePayload(&n); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		h.order = append(h.order, handled{instance, msg.TaskID, n})
+		h.mu.Unlock()
+		return nil
+	}
+}
+
+func (h *handling) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.order)
+}
+
+// check fails t unless each of tasks × perTask messages ran exactly once
+// and each task's ran in the order sent, across instances; it returns how
+// many each instance ran.
+func (h *handling) check(t *testing.T, tasks, perTask int) map[string]int {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	next := map[string]int{}
+	by := map[string]int{}
+	for _, x := range h.order {
+		if x.n != next[x.task] {
+			t.Fatalf("task %s: message %d ran (on %s) when %d was next: %v", x.task, x.n, x.instance, next[x.task], h.order)
+		}
+		next[x.task]++
+		by[x.instance]++
+	}
+	for i := range tasks {
+		if got := next[fmt.Sprint("t", i)]; got != perTask {
+			t.Fatalf("task t%d: %d of %d messages ran", i, got, perTask)
+		}
+	}
+	return by
+}
+
+// sendTasks sends messages from to n (excluded) of each of tasks tasks,
+// task by task in turn, from one goroutine: the stream holds each task's
+// messages in order.
+func sendTasks(t *testing.T, sender *agentkit.Agent, tasks, from, to int) {
+	t.Helper()
+	for n := from; n < to; n++ {
+		for i := range tasks {
+			if _, err := sender.Send(ctx(t), "worker", "work", n, agentkit.WithTaskID(fmt.Sprint("t", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Two instances of one agent take turns: the elder consumes, the other
+// stands by and takes over once the elder has drained and stopped, so
+// every message runs once and each task's messages run in order across
+// both.
+func TestTurns_OneInstanceConsumesAtATime(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var h handling
+	a := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("A")}, agentkit.WithConcurrency(4))
+	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")}, agentkit.WithConcurrency(4))
+	if !a.Consuming() || b.Consuming() {
+		t.Fatalf("Consuming: elder %v, younger %v; want true, false", a.Consuming(), b.Consuming())
+	}
+	sender := m.agent("sender")
+	const tasks, perTask = 3, 40
+	sendTasks(t, sender, tasks, 0, perTask/2)
+	eventually(t, 10*time.Second, "the elder handles the first half", func() bool { return h.count() == tasks*perTask/2 })
+	done := make(chan error, 1)
+	go func() { done <- a.Drain(ctx(t)) }()
+	sendTasks(t, sender, tasks, perTask/2, perTask)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the younger consumes once the elder stopped", b.Consuming)
+	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= tasks*perTask })
+	by := h.check(t, tasks, perTask)
+	if by["A"] < tasks*perTask/2 || by["B"] == 0 {
+		t.Fatalf("handled by instance: %v; want the first half or more on A, the rest on B", by)
+	}
+}
+
+// An instance that dies without deregistering (its connection closes)
+// stands in the way until its record expires; then the other instance
+// consumes, and handles the messages the dead one held unacked too.
+func TestTurns_StandbyTakesOverAfterCrash(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var h handling
+	opts := []agentkit.Option{agentkit.WithHeartbeat(400 * time.Millisecond), agentkit.WithPolicy(wire.PriorityNormal, fastPolicy(200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond))}
+	connA := m.conn()
+	a, err := agentkit.New(connA, "worker", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var took atomic.Int32
+	a.HandleFunc("work", func(ctx context.Context, _ *agentkit.Message) error {
+		took.Add(1)
+		<-ctx.Done() // A hangs until it dies
+		return ctx.Err()
+	})
+	if err := a.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")}, opts...)
+	if b.Consuming() {
+		t.Fatal("the younger instance consumes while the elder lives")
+	}
+	sender := m.agent("sender")
+	sendTasks(t, sender, 2, 0, 5)
+	eventually(t, 10*time.Second, "the elder holds messages", func() bool { return took.Load() > 0 })
+	connA.Close() // A can neither deregister nor renew its record
+	eventually(t, 10*time.Second, "the younger consumes once the elder's record expired", b.Consuming)
+	sendTasks(t, sender, 2, 5, 10)
+	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= 20 })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[handled]bool{}
+	for _, x := range h.order {
+		if seen[x] || x.instance != "B" {
+			t.Fatalf("%v ran twice or on the dead instance: %v", x, h.order)
+		}
+		seen[x] = true
+	}
+}
