@@ -15,7 +15,11 @@
 // and subscribed topics (created at the stream's end: a new agent gets no
 // history of them; see [WithFanoutActions]). Several Agent
 // values with one id are instances of one agent: they share the consumers
-// and split the work. A process hosting many agents puts them in a [Group]
+// and take turns reading them, the eldest live instance in the registry
+// consuming while the others stand by ([Agent.Consuming]), so a
+// redelivery after a lost ack returns to the instance that remembers
+// handling it and a task's messages run in order across instances;
+// [WithConcurrentInstances] lets them all consume and split the work. A process hosting many agents puts them in a [Group]
 // ([WithGroup]): they then share one direct consumer per priority,
 // "<group>_group-<priority>", instead of five each, which is what lets one
 // server carry thousands of agents. [Agent.Drain] finishes in-flight work and stops;
@@ -136,11 +140,13 @@
 //
 // Messages of one task (task_id, mirrored in the Mesh-Task-Id header; a
 // sender that mirrors no header has its envelope decoded by the reader to
-// find it) and priority are handled one at a time in stream order by an instance;
-// different tasks run concurrently. The order is per instance and
-// priority: instances sharing an agent's consumers, or messages of the
-// task at another priority, do not wait for each other, and a redelivered
-// message comes after those delivered since.
+// find it) and priority are handled one at a time in stream order by the
+// consuming instance; different tasks run concurrently. The order is per
+// priority: messages of the task at another priority do not wait for each
+// other, and a redelivered message comes after those delivered since (a
+// crashed instance's unacked messages, too, return after their ack
+// timeout). Instances that consume at once ([WithConcurrentInstances])
+// keep the order per instance only.
 // Inside a handler, messages sent with the handler's ctx inherit the
 // handled message's correlation, workflow, task and session ids and
 // context. Envelopes larger than the server's max payload travel through
