@@ -929,10 +929,20 @@ func (a *Agent) heartbeatLoop() {
 				status = StatusStopping
 			}
 			begun := time.Now()
-			if a.announceBestEffort(status) && a.turns != nil {
-				a.turns.renewed(begun)
-			}
+			ok := a.announceBestEffort(status)
 			a.announceMu.Unlock()
+			if a.turns != nil {
+				if ok {
+					a.turns.renewed(begun)
+				}
+				// A failed renewal is retried within a second rather than a
+				// heartbeat: two missed intervals fence the instance.
+				next := a.opts.heartbeat
+				if !ok {
+					next = min(next, time.Second)
+				}
+				t.Reset(next)
+			}
 			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.recv.inFlight.Load(), "at": time.Now().UTC()})
 			if err := a.nc.Publish(hb, b); err != nil {
 				a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))
