@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentmesh-io/agentmesh/agentkit"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 )
@@ -154,4 +156,40 @@ func TestTurns_StandbyTakesOverAfterCrash(t *testing.T) {
 		}
 		seen[x] = true
 	}
+}
+
+// An instance whose record cannot be renewed stops fetching by itself
+// after two heartbeats, before others could take it for gone, and resumes
+// once a renewal succeeds; what was sent meanwhile is handled then.
+func TestTurns_FencedWhileItsRecordGoesUnrenewed(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var h handling
+	a := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("A")}, agentkit.WithHeartbeat(400*time.Millisecond))
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	setMaxMsgSize := func(n int32) {
+		t.Helper()
+		s, err := js.Stream(ctx(t), "KV_mesh_registry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		cfg.MaxMsgSize = n
+		if _, err := js.UpdateStream(ctx(t), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMaxMsgSize(16) // every renewal is refused
+	eventually(t, 10*time.Second, "the instance stands by", func() bool { return !a.Consuming() })
+	sendTasks(t, m.agent("sender", agentkit.WithRegistration(false)), 1, 0, 5)
+	if n := h.count(); n != 0 {
+		t.Fatalf("a fenced instance handled %d messages", n)
+	}
+	setMaxMsgSize(-1)
+	eventually(t, 10*time.Second, "the instance consumes again", a.Consuming)
+	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= 5 })
+	h.check(t, 1, 5)
 }
