@@ -18,7 +18,8 @@ import (
 func (a *app) benchCmd() *cobra.Command {
 	cfg := bench.Config{}
 	scale := bench.ScaleConfig{}
-	var asJSON, quiet, external bool
+	inst := bench.InstancesConfig{}
+	var asJSON, quiet, external, instances bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Compare raw nats.go and agentkit on one NATS server",
@@ -56,7 +57,15 @@ round robin over the N agents, and its ratio to raw 1-agent throughput measured
 in the same run; request round trips (p50, p99) at --scale-rate per second to
 random agents for --scale-request-time; and the time to Drain all N. A count
 whose agents fail to start (the server's limit of consumers per stream, say)
-shows how many started and why, and the run goes on with the next count.` + exitCodesHelp,
+shows how many started and why, and the run goes on with the next count.
+
+--instances runs the instances benchmark instead: one agent id, registered, as
+one instance, as two taking turns (the default: only the eldest consumes) and as
+two consuming at once (WithConcurrentInstances), each instance on its own
+connection, receiving --messages sent with SendBatch; once with a trivial handler
+and once with one holding its worker for --instances-hold. It reports msg/s, the
+ratios to one instance and to two consuming at once, the handler's runs on each
+instance and its duplicate runs.` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -64,6 +73,21 @@ shows how many started and why, and the run goes on with the next count.` + exit
 				cfg.Progress = a.stderr
 			}
 			isScale := cmd.Flags().Changed("scale")
+			if instances {
+				for _, f := range []string{"rate", "scenario", "impl", "scale"} {
+					if cmd.Flags().Changed(f) {
+						return usageErr(fmt.Errorf("--%s does not apply to --instances", f))
+					}
+				}
+				inst.Messages, inst.Payload, inst.Progress = cfg.Messages, cfg.Payload, cfg.Progress
+				check := inst
+				check.URL = "nats://127.0.0.1:4222"
+				if err := check.Validate(); err != nil {
+					return usageErr(err)
+				}
+			} else if cmd.Flags().Changed("instances-hold") {
+				return usageErr(fmt.Errorf("--instances-hold applies to --instances only"))
+			}
 			if isScale {
 				for _, f := range []string{"rate", "scenario", "impl"} {
 					if cmd.Flags().Changed(f) {
@@ -98,6 +122,10 @@ shows how many started and why, and the run goes on with the next count.` + exit
 				defer srv.WaitForShutdown()
 				defer srv.Shutdown()
 				cfg.URL = srv.ClientURL()
+			}
+			if instances {
+				inst.URL = cfg.URL
+				return a.runInstances(ctx, inst, asJSON)
 			}
 			if isScale {
 				scale.URL = cfg.URL
@@ -143,7 +171,35 @@ shows how many started and why, and the run goes on with the next count.` + exit
 	fl.IntVar(&scale.Rate, "scale-rate", 500, "with --scale, offered requests per second")
 	fl.DurationVar(&scale.RequestTime, "scale-request-time", 5*time.Second, "with --scale, how long requests are offered")
 	fl.BoolVar(&scale.PerAgent, "scale-per-agent", false, "with --scale, each agent reads five consumers of its own instead of sharing its connection's group")
+	fl.BoolVar(&instances, "instances", false, "run the instances benchmark (one instance, two taking turns, two at once) instead of the comparison")
+	fl.DurationVar(&inst.Hold, "instances-hold", time.Millisecond, "with --instances, how long the holding handler keeps its worker")
 	return cmd
+}
+
+// runInstances runs the instances benchmark and prints its table (or
+// JSON), with warnings on stderr after the figures, as the comparison does.
+func (a *app) runInstances(ctx context.Context, cfg bench.InstancesConfig, asJSON bool) error {
+	results, err := bench.RunInstances(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	warnings := bench.InstancesWarnings(results)
+	if w := bench.MessagesWarning(cfg.Messages); w != "" {
+		warnings = append([]string{w}, warnings...)
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "messages": cfg.Messages, "payload_bytes": cfg.Payload,
+			"hold_ms": float64(cfg.Hold) / float64(time.Millisecond), "results": results, "warnings": warnings})
+	} else {
+		fmt.Fprintf(a.stdout, "%d messages of %d bytes per run, GOMAXPROCS %d, NATS %s\n\n", cfg.Messages, cfg.Payload, runtime.GOMAXPROCS(0), cfg.URL)
+		err = bench.WriteInstancesTable(a.stdout, results)
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(a.stderr, "warning:", w)
+	}
+	return err
 }
 
 // runScale runs the scale benchmark and prints its table (or JSON), with
