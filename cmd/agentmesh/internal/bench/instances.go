@@ -92,7 +92,7 @@ type InstancesResult struct {
 	MsgPerSec float64 `json:"msg_per_sec"`
 	// Runs counts the handler's runs on each instance, eldest first, and
 	// Duplicates the runs beyond the first of a message, read once the
-	// last message was handled.
+	// instances stopped.
 	Runs       []int64 `json:"runs_per_instance"`
 	Duplicates int64   `json:"duplicate_runs"`
 	P50ms      float64 `json:"p50_ms"`
@@ -150,10 +150,34 @@ func RunInstances(ctx context.Context, cfg InstancesConfig) ([]InstancesResult, 
 	return out, nil
 }
 
-// instancesRun starts r.Instances instances of one registered agent, the
-// second once the first consumes, waits until as many consume as r.Consume
-// wants, sends the burst and fills r in.
+// instancesRun runs the burst and fills r in once instancesBurst has
+// stopped the instances, so that no handler still writes what is read.
 func instancesRun(ctx context.Context, env *runEnv, hold time.Duration, r *InstancesResult) error {
+	m := newMeasurement(env.cfg.Messages)
+	runs := make([]atomic.Int64, r.Instances)
+	if err := instancesBurst(ctx, env, hold, r, m, runs); err != nil {
+		return err
+	}
+	r.Messages, r.Seconds = m.n, m.elapsed.Seconds()
+	if r.Seconds > 0 {
+		r.MsgPerSec = float64(m.n) / r.Seconds
+	}
+	r.P50ms, r.P99ms = m.percentile(50), m.percentile(99)
+	var total int64
+	for i := range runs {
+		n := runs[i].Load()
+		r.Runs = append(r.Runs, n)
+		total += n
+	}
+	r.Duplicates = total - int64(m.n)
+	return nil
+}
+
+// instancesBurst starts r.Instances instances of one registered agent,
+// the second once the first consumes, waits until as many consume as
+// r.Consume wants, sends the burst, waits until m has every message and
+// stops the instances; runs counts the handler's runs on each.
+func instancesBurst(ctx context.Context, env *runEnv, hold time.Duration, r *InstancesResult, m *measurement, runs []atomic.Int64) error {
 	k, cs, err := newAkMesh(ctx, env, 1+r.Instances)
 	if err != nil {
 		return err
@@ -172,8 +196,6 @@ func instancesRun(ctx context.Context, env *runEnv, hold time.Duration, r *Insta
 	}
 	defer k.stop()
 
-	m := newMeasurement(env.cfg.Messages)
-	runs := make([]atomic.Int64, r.Instances)
 	opts := []agentkit.Option{agentkit.WithScheme(k.scheme)}
 	if r.Consume == ConsumeConcurrent {
 		opts = append(opts, agentkit.WithConcurrentInstances())
@@ -216,25 +238,10 @@ func instancesRun(ctx context.Context, env *runEnv, hold time.Duration, r *Insta
 	env.progress.track(m)
 	m.start = time.Now()
 	err = sendBatches(ctx, sender, env.cfg.Messages, func(int) string { return "worker" }, wire.PriorityNormal, env.payload)
-	if err == nil {
-		err = m.wait(ctx)
-	}
 	if err != nil {
 		return err
 	}
-	r.Messages, r.Seconds = m.n, m.elapsed.Seconds()
-	if r.Seconds > 0 {
-		r.MsgPerSec = float64(m.n) / r.Seconds
-	}
-	r.P50ms, r.P99ms = m.percentile(50), m.percentile(99)
-	var total int64
-	for i := range runs {
-		n := runs[i].Load()
-		r.Runs = append(r.Runs, n)
-		total += n
-	}
-	r.Duplicates = total - int64(m.n)
-	return nil
+	return m.wait(ctx)
 }
 
 // awaitConsuming waits until every instance in started consumes and a,
