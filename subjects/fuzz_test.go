@@ -122,8 +122,13 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q): err = %v, want ErrInvalidSubject", subject, err)
 		}
 		if k, err := subjects.ParseRegistryKey(subject); err == nil {
-			rebuilt, err := subjects.InstanceKey(k.Agent, k.Instance)
-			if k.Kind != subjects.KeyInstance {
+			var rebuilt string
+			switch k.Kind {
+			case subjects.KeyInstance:
+				rebuilt, err = subjects.InstanceKey(k.Agent, k.Instance)
+			case subjects.KeyHost:
+				rebuilt, err = subjects.HostKey(k.Group, k.Instance)
+			default:
 				rebuilt, err = subjects.MarkKey(k.Kind, k.Agent)
 			}
 			if err != nil || rebuilt != subject {

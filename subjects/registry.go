@@ -15,13 +15,17 @@ const (
 	// KeyUnavailable is the unavailable mark set on an agent that stopped
 	// answering: "unavailable.<agent>".
 	KeyUnavailable = "unavailable"
+	// KeyHost is a hosting process's record, which renews the liveness of
+	// the group members it runs: "host.<group>.<instance>".
+	KeyHost = "host"
 )
 
 // RegistryKey is a parsed key of the registry bucket.
 type RegistryKey struct {
-	Kind     string // KeyInstance, KeyHealth or KeyUnavailable
-	Agent    string
-	Instance string // KeyInstance only
+	Kind     string // KeyInstance, KeyHealth, KeyUnavailable or KeyHost
+	Agent    string // not for KeyHost
+	Instance string // KeyInstance and KeyHost only
+	Group    string // KeyHost only
 }
 
 // InstanceKey returns the registry key of an instance of agent.
@@ -30,6 +34,15 @@ func InstanceKey(agent, instance string) (string, error) {
 		return "", err
 	}
 	return KeyInstance + "." + agent + "." + instance, nil
+}
+
+// HostKey returns the registry key of the record of instance of group,
+// the process hosting the group's members.
+func HostKey(group, instance string) (string, error) {
+	if err := firstErr(ValidateToken("group", group), ValidateToken("instance", instance)); err != nil {
+		return "", err
+	}
+	return KeyHost + "." + group + "." + instance, nil
 }
 
 // InstancesFilter returns the key filter matching every instance of agent.
@@ -57,7 +70,7 @@ func MarksFilter(kind string) (string, error) {
 	return kind + ".*", nil
 }
 
-// ParseRegistryKey splits a key built by [InstanceKey] or [MarkKey].
+// ParseRegistryKey splits a key built by [InstanceKey], [MarkKey] or [HostKey].
 // Errors match [ErrInvalidSubject].
 func ParseRegistryKey(key string) (RegistryKey, error) {
 	t := strings.Split(key, ".")
@@ -68,8 +81,10 @@ func ParseRegistryKey(key string) (RegistryKey, error) {
 		k, err = RegistryKey{Kind: KeyInstance, Agent: t[1], Instance: t[2]}, firstErr(ValidateToken("agent id", t[1]), ValidateToken("instance", t[2]))
 	case len(t) == 2 && (t[0] == KeyHealth || t[0] == KeyUnavailable):
 		k, err = RegistryKey{Kind: t[0], Agent: t[1]}, ValidateToken("agent id", t[1])
+	case len(t) == 3 && t[0] == KeyHost:
+		k, err = RegistryKey{Kind: KeyHost, Group: t[1], Instance: t[2]}, firstErr(ValidateToken("group", t[1]), ValidateToken("instance", t[2]))
 	default:
-		return RegistryKey{}, fmt.Errorf("%w: registry key %q is not agent.<agent>.<instance>, health.<agent> or unavailable.<agent>", ErrInvalidSubject, key)
+		return RegistryKey{}, fmt.Errorf("%w: registry key %q is not agent.<agent>.<instance>, health.<agent>, unavailable.<agent> or host.<group>.<instance>", ErrInvalidSubject, key)
 	}
 	if err != nil {
 		return RegistryKey{}, fmt.Errorf("%w: registry key %q: %w", ErrInvalidSubject, key, err)
