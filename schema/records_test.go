@@ -105,6 +105,30 @@ func TestRegistry_Records(t *testing.T) {
 	}
 }
 
+// TestRegistry_HostRecords checks a host record as agentkit writes it
+// against the schema's host definition, and values a writer must not use.
+func TestRegistry_HostRecords(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 10, 14, 30, 0, 0, time.UTC)
+	full := registry.Host{Group: "proc1", Instance: "i-1", LastHeartbeat: at, TTLSeconds: 15,
+		Members: map[string]registry.MemberState{"planner_1": {Status: registry.StatusReady, Load: 0.25, InFlight: 1}}}
+	for name, c := range map[string]struct {
+		v    registry.Host
+		want bool
+	}{
+		"full":           {full, true},
+		"no members":     {registry.Host{Group: "g", Instance: "i", Members: map[string]registry.MemberState{}, LastHeartbeat: at}, true},
+		"group with dot": {with(full, func(h *registry.Host) { h.Group = "a.b" }), false},
+		"member id":      {with(full, func(h *registry.Host) { h.Members = map[string]registry.MemberState{"a.b": {Status: registry.StatusReady}} }), false},
+		"member status":  {with(full, func(h *registry.Host) { h.Members = map[string]registry.MemberState{"a": {Status: "ready"}} }), false},
+	} {
+		data := must(json.Marshal(c.v))
+		if err := validateAt(t, registryID+"#/$defs/host", data); (err == nil) != c.want {
+			t.Errorf("%s: %s: schema error %v, want valid %v", name, data, err, c.want)
+		}
+	}
+}
+
 // TestAlert_Events checks alerts as the monitor publishes them against the
 // schema, and that values the monitor never writes fail it.
 func TestAlert_Events(t *testing.T) {

@@ -72,6 +72,11 @@ type Instance struct {
 	// state it take turns: only the eldest live one consumes (see
 	// [View.Elder]). Zero (a writer that does not say) takes no part.
 	Since time.Time `json:"since,omitzero"`
+	// Host names the group whose hosting process renews this record's
+	// liveness (see [Host]): the record is live while that process's
+	// record "host.<group>.<instance>", of the same instance id, is and
+	// lists the agent. Empty: the instance renews its record itself.
+	Host string `json:"host,omitempty"`
 }
 
 // maxTTLSeconds is the largest TTL a reader takes from a record: more
@@ -130,6 +135,14 @@ func Instances(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Inst
 		if json.Unmarshal(e.Value(), &in) != nil || in.Expired(e.Created(), time.Now()) {
 			continue
 		}
+		if in.Host != "" {
+			var live bool
+			if in, live, err = hostedInstance(ctx, kv, in, e.Created()); err != nil {
+				return nil, err
+			} else if !live {
+				continue
+			}
+		}
 		out = append(out, in)
 	}
 	slices.SortFunc(out, func(a, b Instance) int {
@@ -142,6 +155,29 @@ func Instances(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Inst
 		return 0
 	})
 	return out, nil
+}
+
+// hostedInstance reads the host record of in, a hosted instance's record
+// put at put, and returns in with the host's heartbeat applied and whether
+// it is live (see [Host]).
+func hostedInstance(ctx context.Context, kv jetstream.KeyValue, in Instance, put time.Time) (Instance, bool, error) {
+	key, err := subjects.HostKey(in.Host, in.Instance)
+	if err != nil {
+		return in, false, nil // not a host any writer could have put
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return in, false, nil
+	}
+	if err != nil {
+		return in, false, fmt.Errorf("registry: %s: %w", key, err)
+	}
+	var h Host
+	if json.Unmarshal(e.Value(), &h) != nil || h.Expired(e.Created(), time.Now()) {
+		return in, false, nil
+	}
+	in, live := hosted(in, put, h, e.Created())
+	return in, live, nil
 }
 
 // Director returns the director agent's live instances declare (the first

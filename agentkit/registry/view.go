@@ -107,6 +107,7 @@ type View struct {
 
 	mu        sync.RWMutex
 	instances map[string]map[string]instanceEntry // agent → instance → record
+	hosts     map[string]hostEntry                // "<group>.<instance>" → host record
 	gone      map[string]Status                   // agent → how its newest instance to go went, when none is left
 	health    map[string]health                   // degraded marks
 	silent    map[string]health                   // unavailable marks
@@ -168,7 +169,8 @@ func Open(ctx context.Context, js jetstream.JetStream, scheme subjects.Scheme, r
 		return nil, fmt.Errorf("registry: watch: %w", err)
 	}
 	r := &View{kv: kv, js: js, bucket: name, instances: map[string]map[string]instanceEntry{},
-		gone: map[string]Status{}, health: map[string]health{}, silent: map[string]health{}, ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
+		hosts: map[string]hostEntry{}, gone: map[string]Status{}, health: map[string]health{}, silent: map[string]health{},
+		ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
 	r.wg.Go(func() { r.watch(wctx, w) })
 	select {
 	case <-r.ready:
@@ -258,8 +260,10 @@ func (r *View) watch(ctx context.Context, w jetstream.KeyWatcher) {
 				}
 				continue
 			}
-			if agent := r.apply(e); agent != "" && !initial {
-				r.notify(agent)
+			for _, agent := range r.apply(e) {
+				if !initial {
+					r.notify(agent)
+				}
 			}
 		}
 	}
@@ -292,6 +296,14 @@ func (r *View) dropExpired(now time.Time) []string {
 	defer r.mu.Unlock()
 	var changed []string
 	next := time.Time{}
+	for k, h := range r.hosts {
+		if h.rec.Expired(h.put, now) {
+			delete(r.hosts, k)
+			changed = append(changed, r.hostedBy(h.rec.Group, h.rec.Instance)...)
+		} else if at, ok := h.expiry(); ok && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
 	for agent, insts := range r.instances {
 		dropped := false
 		for inst, in := range insts {
@@ -311,7 +323,37 @@ func (r *View) dropExpired(now time.Time) []string {
 		r.nextExpiry = now.Add(time.Hour) // nothing can expire: apply brings it forward
 	}
 	slices.Sort(changed)
-	return changed
+	return slices.Compact(changed)
+}
+
+// hostedBy returns the agents whose records the host instance of group
+// renews. Call it with r.mu held.
+func (r *View) hostedBy(group, instance string) []string {
+	var out []string
+	for agent, insts := range r.instances {
+		if e, ok := insts[instance]; ok && e.rec.Host == group {
+			out = append(out, agent)
+		}
+	}
+	return out
+}
+
+// live returns agent's instance record inst as it stands at now, with its
+// host's heartbeat applied (see [Host]), and whether it is live: within
+// its TTL and, when hosted, its host's record live and listing it. Call it
+// with r.mu held.
+func (r *View) live(agent, inst string, e instanceEntry, now time.Time) (Instance, bool) {
+	if e.expired(now) {
+		return e.rec, false
+	}
+	if e.rec.Host == "" {
+		return e.rec, true
+	}
+	h, ok := r.hosts[hostKey(e.rec.Host, inst)]
+	if !ok || h.rec.Expired(h.put, now) {
+		return e.rec, false
+	}
+	return hosted(e.rec, e.put, h.rec, h.put)
 }
 
 // drop removes agent's instance inst: deregistered when clean, else
@@ -336,18 +378,62 @@ func (r *View) drop(agent, inst string, clean bool) bool {
 	return ok || !had || prev != status
 }
 
-// apply updates the cache from one KV entry and returns the agent it concerns.
-func (r *View) apply(e jetstream.KeyValueEntry) string {
+// apply updates the cache from one KV entry and returns the agents it
+// concerns: those of a host record only when someone listens for changes
+// (see notify).
+func (r *View) apply(e jetstream.KeyValueEntry) []string {
 	key, err := subjects.ParseRegistryKey(e.Key())
 	if err != nil {
-		return ""
+		return nil
+	}
+	if key.Kind == subjects.KeyHost {
+		return r.applyHost(key, e)
 	}
 	// Every instance rewrites its record each heartbeat and every view
 	// decodes it: decoded before the lock, with the faster decoder.
 	var rec Instance
 	if key.Kind == subjects.KeyInstance && e.Operation() == jetstream.KeyValuePut && jsonv2.Unmarshal(e.Value(), &rec) != nil {
-		return ""
+		return nil
 	}
+	if agent := r.applyAgent(key, rec, e); agent != "" {
+		return []string{agent}
+	}
+	return nil
+}
+
+// applyHost updates the cache from a host record's entry.
+func (r *View) applyHost(key subjects.RegistryKey, e jetstream.KeyValueEntry) []string {
+	var rec Host
+	put := e.Operation() == jetstream.KeyValuePut
+	if put && (jsonv2.Unmarshal(e.Value(), &rec) != nil || rec.Group != key.Group || rec.Instance != key.Instance) {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := hostKey(key.Group, key.Instance)
+	var changed []string
+	if len(r.watchers) > 0 || len(r.followers) > 0 {
+		changed = r.hostedBy(key.Group, key.Instance)
+	}
+	if !put {
+		delete(r.hosts, k)
+		return changed
+	}
+	if r.hosts == nil {
+		r.hosts = map[string]hostEntry{}
+	}
+	entry := hostEntry{rec: rec, put: e.Created()}
+	r.hosts[k] = entry
+	if at, ok := entry.expiry(); ok && at.Before(r.nextExpiry) {
+		r.nextExpiry = at
+	}
+	return changed
+}
+
+// applyAgent updates the cache from an instance record's or a mark's
+// entry (rec decoded for an instance's put) and returns the agent it
+// concerns, or "" when nothing changed.
+func (r *View) applyAgent(key subjects.RegistryKey, rec Instance, e jetstream.KeyValueEntry) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch key.Kind {
@@ -446,14 +532,14 @@ func (r *View) heartbeatRecord(id string, now time.Time) (Agent, bool) {
 	best := -1
 	var load float64
 	var last *instanceEntry // the newest of the expired records
-	for _, e := range r.instances[id] {
-		if e.expired(now) {
+	for inst, e := range r.instances[id] {
+		in, ok := r.live(id, inst, e, now)
+		if !ok {
 			if last == nil || e.put.After(last.put) {
 				last = &e
 			}
 			continue
 		}
-		in := e.rec
 		rec.Type, rec.Version, rec.Capabilities, rec.Director = in.Type, in.Version, in.Capabilities, in.Director
 		if in.LastHeartbeat.After(rec.LastHeartbeat) {
 			rec.LastHeartbeat = in.LastHeartbeat
@@ -572,11 +658,12 @@ func (r *View) Elder(agent, instance string, since time.Time) (string, bool) {
 	now := time.Now()
 	eldest, eldestSince := instance, since
 	for id, e := range r.instances[agent] {
-		if e.rec.Since.IsZero() || e.rec.Status == StatusStopped || e.expired(now) {
+		in, ok := r.live(agent, id, e, now)
+		if !ok || in.Since.IsZero() || in.Status == StatusStopped {
 			continue
 		}
-		if c := e.rec.Since.Compare(eldestSince); c < 0 || c == 0 && id < eldest {
-			eldest, eldestSince = id, e.rec.Since
+		if c := in.Since.Compare(eldestSince); c < 0 || c == 0 && id < eldest {
+			eldest, eldestSince = id, in.Since
 		}
 	}
 	return eldest, eldest != instance

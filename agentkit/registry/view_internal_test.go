@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -146,8 +147,8 @@ func TestRegistryDropExpired_AsTheMarkerWould(t *testing.T) {
 			if rec, _ := r.Get("b"); rec.Status != StatusReady {
 				t.Fatalf("b %s, want READY", rec.Status)
 			}
-			if agent := r.apply(entry{key: "agent.a.i1", op: tc.later}); (agent != "") != tc.notify {
-				t.Fatalf("the later %v named %q for watchers, want news %v", tc.later, agent, tc.notify)
+			if agents := r.apply(entry{key: "agent.a.i1", op: tc.later}); (len(agents) > 0) != tc.notify {
+				t.Fatalf("the later %v named %q for watchers, want news %v", tc.later, agents, tc.notify)
 			}
 			if rec, _ := r.Get("a"); rec.Status != tc.want {
 				t.Fatalf("a %s, want %s", rec.Status, tc.want)
@@ -184,5 +185,54 @@ func TestRegistryElder(t *testing.T) {
 	put("i9", "READY", at(-time.Second), now.Add(-time.Minute)) // outlived its TTL
 	if e, _ := r.Elder("w", "i5", t0.Add(5*time.Second)); e != "i2" {
 		t.Fatalf("elder of i5 = %s, want i2: STOPPED, start-less and expired records take no part", e)
+	}
+}
+
+// A hosted member is live while its host's record is and lists it (or it
+// joined after the host's latest renewal), and reads the host's status
+// and load; its own STOPPING stands; it reads UNAVAILABLE once the host's
+// record expires, and the sweep names it for watchers.
+func TestRegistryHostedMembers(t *testing.T) {
+	r := &View{instances: map[string]map[string]instanceEntry{}, gone: map[string]Status{},
+		health: map[string]health{}, silent: map[string]health{}}
+	now := time.Now()
+	member := func(id, status string, at time.Time) {
+		r.apply(entry{key: "agent." + id + ".p1", op: jetstream.KeyValuePut, at: at,
+			value: []byte(`{"id":"` + id + `","instance":"p1","host":"g","status":"` + status + `","ttl_seconds":150}`)})
+	}
+	host := func(members string, at time.Time) {
+		r.apply(entry{key: "host.g.p1", op: jetstream.KeyValuePut, at: at,
+			value: []byte(`{"group":"g","instance":"p1","ttl_seconds":3,"members":{` + members + `}}`)})
+	}
+	member("a", "INITIALIZING", now.Add(-2*time.Second))
+	if rec, _ := r.Get("a"); rec.Instances != 0 || rec.Status != StatusUnavailable {
+		t.Fatalf("a = %+v without its host's record, want no live instance", rec)
+	}
+	host(`"a":{"status":"BUSY","load":0.5,"in_flight":2}`, now.Add(-time.Second))
+	if rec, _ := r.Get("a"); rec.Status != StatusBusy || rec.Load != 0.5 || rec.Instances != 1 {
+		t.Fatalf("a = %+v, want BUSY at load 0.5 from its host", rec)
+	}
+	member("b", "READY", now.Add(-500*time.Millisecond)) // joined after the host's renewal
+	if rec, _ := r.Get("b"); rec.Status != StatusReady {
+		t.Fatalf("b = %s, want READY: it joined after the host's latest renewal", rec.Status)
+	}
+	member("c", "READY", now.Add(-3*time.Second)) // the host's renewal no longer lists it
+	if rec, _ := r.Get("c"); rec.Instances != 0 {
+		t.Fatalf("c = %+v, live though its host's latest renewal does not list it", rec)
+	}
+	member("a", "STOPPING", now.Add(-500*time.Millisecond))
+	if rec, _ := r.Get("a"); rec.Status != StatusStopping {
+		t.Fatalf("a = %s, want its own STOPPING", rec.Status)
+	}
+	later := now.Add(3 * time.Second) // past the host's TTL
+	r.nextExpiry = time.Time{}
+	if got := r.dropExpired(later); !slices.Contains(got, "a") || !slices.Contains(got, "b") {
+		t.Fatalf("the sweep named %v, want a and b, whose host's record expired", got)
+	}
+	r.mu.RLock()
+	rec, _ := r.record("b", later)
+	r.mu.RUnlock()
+	if rec.Status != StatusUnavailable {
+		t.Fatalf("b = %s after its host expired, want UNAVAILABLE", rec.Status)
 	}
 }
