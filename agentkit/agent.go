@@ -51,11 +51,14 @@ type Agent struct {
 	watchDone chan struct{}
 	lost      atomic.Pointer[error]
 
-	instance string         // this instance's registry key suffix
-	since    time.Time      // when Start began: this instance's place in its agent's turns
-	turns    *turns         // set by Start when the instances take turns
-	unfollow func()         // stops the registry's signals for turns
-	registry *registry.View // set by Start when registration is on: shared by the agents on nc
+	instance string    // this instance's registry key suffix
+	since    time.Time // when Start began: this instance's place in its agent's turns
+	turns    *turns    // set by Start when the instances take turns
+	unfollow func()    // stops the registry's signals for turns
+	// announced is the status the instance last announced, which a
+	// group's host record repeats for a hosted member (see hosting).
+	announced atomic.Pointer[AgentStatus]
+	registry  *registry.View // set by Start when registration is on: shared by the agents on nc
 	// releaseRegistry gives the registry back (see [registry.Acquire]).
 	releaseRegistry func()
 	heartbeat       sync.WaitGroup
@@ -234,6 +237,15 @@ func (a *Agent) start(ctx context.Context) error {
 			return err
 		}
 		a.registry, a.releaseRegistry = reg, release
+		if g := a.opts.group; g != nil {
+			// A hosted member: its host's record carries its liveness.
+			a.instance = g.host.instance
+			if err := g.hostMember(ctx, a.nc, a.id, &a.opts, a.memberState); err != nil {
+				g.unhostMember(a.id)
+				release()
+				return err
+			}
+		}
 		a.since = time.Now().UTC()
 		if !a.opts.concurrentInstances && a.opts.group == nil {
 			a.turns = newTurns(reg, a.id, a.instance, a.since, a.opts.heartbeat, a.opts.logger)
@@ -242,6 +254,9 @@ func (a *Agent) start(ctx context.Context) error {
 		begun := time.Now()
 		if err := a.announce(ctx, StatusInitializing); err != nil {
 			a.endTurns()
+			if g := a.opts.group; g != nil {
+				g.unhostMember(a.id)
+			}
 			release()
 			return err
 		}
@@ -266,6 +281,9 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 		if a.registry != nil {
 			a.endTurns()
+			if a.opts.group != nil {
+				a.opts.group.unhostMember(a.id)
+			}
 			a.releaseRegistry()
 		}
 	}
@@ -844,21 +862,46 @@ func (a *Agent) capabilities() []Capability {
 
 // announce writes this instance's registry record with status.
 func (a *Agent) announce(ctx context.Context, status AgentStatus) error {
-	inFlight := int(a.recv.inFlight.Load())
-	slots := a.opts.concurrency + 1
-	if status == StatusReady && inFlight >= a.opts.concurrency {
-		status = StatusBusy
-	}
+	a.announced.Store(&status)
+	state := a.memberState()
 	rec := registry.Instance{
 		ID: a.id, Instance: a.instance, Type: a.opts.agentType, Version: a.opts.version,
-		Capabilities: a.capabilities(), Director: a.opts.director, Status: status,
-		Load: float64(inFlight) / float64(slots), InFlight: inFlight, Concurrency: slots,
+		Capabilities: a.capabilities(), Director: a.opts.director, Status: state.Status,
+		Load: state.Load, InFlight: state.InFlight, Concurrency: a.opts.concurrency + 1,
 		LastHeartbeat: time.Now().UTC(),
 	}
 	if a.turns != nil {
 		rec.Since = a.since
 	}
-	return a.registry.Register(ctx, rec, 3*a.opts.heartbeat)
+	if a.opts.group != nil {
+		rec.Host = a.opts.group.name
+	}
+	return a.registry.Register(ctx, rec, 3*a.renewEvery())
+}
+
+// memberState is the status the instance last announced (BUSY for READY
+// while every worker is taken) and its load. It takes no lock: a group's
+// host record reads it for a hosted member.
+func (a *Agent) memberState() registry.MemberState {
+	status := StatusInitializing
+	if p := a.announced.Load(); p != nil {
+		status = *p
+	}
+	inFlight := int(a.recv.inFlight.Load())
+	if status == StatusReady && inFlight >= a.opts.concurrency {
+		status = StatusBusy
+	}
+	return registry.MemberState{Status: status, Load: float64(inFlight) / float64(a.opts.concurrency+1), InFlight: inFlight}
+}
+
+// renewEvery is how often the instance renews its own record: each
+// heartbeat, or, for a member whose group's host record carries its
+// liveness, every hostedRenewals heartbeats.
+func (a *Agent) renewEvery() time.Duration {
+	if a.opts.group != nil {
+		return hostedRenewals * a.opts.heartbeat
+	}
+	return a.opts.heartbeat
 }
 
 // announceBestEffort announces status, reporting a failure to the error
@@ -904,7 +947,7 @@ func (a *Agent) Consuming() bool {
 // on mesh.hb.<agent> for anyone watching liveness without the registry. It
 // reports, once, a registry whose watch has ended by itself ([registry.View.Err]).
 func (a *Agent) heartbeatLoop() {
-	t := time.NewTicker(a.opts.heartbeat)
+	t := time.NewTicker(a.renewEvery())
 	defer t.Stop()
 	hb, _ := a.opts.scheme.Heartbeat(a.id) // id validated in New
 	reported := false                      // the registry's watch ending, once

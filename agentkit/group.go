@@ -15,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -75,6 +76,7 @@ type Group struct {
 	closed     bool
 	roomSignal chan struct{} // wakes feeds waiting for room
 	done       chan struct{} // closed by Close: ends the park keeper
+	host       hosting       // the members' registry liveness
 	keeper     sync.WaitGroup
 }
 
@@ -157,7 +159,7 @@ func NewGroup(nc *nats.Conn, name string, opts ...GroupOption) (*Group, error) {
 	g := &Group{name: name, js: js, scheme: subjects.Default, maxAckPending: 10_000, buffer: 1024, logger: slog.New(slog.DiscardHandler),
 		filters: map[wire.Priority][]string{}, own: map[string]bool{}, policies: map[wire.Priority]DeliveryPolicy{},
 		members: map[string]*member{}, feeds: map[wire.Priority]*feed{}, parked: map[*parkedMsg]struct{}{},
-		roomSignal: make(chan struct{}, len(subjects.Priorities)), done: make(chan struct{})}
+		roomSignal: make(chan struct{}, len(subjects.Priorities)), done: make(chan struct{}), host: hosting{instance: nuid.Next()}}
 	for _, opt := range opts {
 		if err := opt(g); err != nil {
 			return nil, err
@@ -570,6 +572,7 @@ func (g *Group) catchUpDone(name string) {
 // leave takes agent id out of this process's members: messages for it
 // from now on are held, then given back (see Group). Its filters stay.
 func (g *Group) leave(id string) {
+	g.unhostMember(id)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.members, id)
@@ -711,6 +714,7 @@ func (g *Group) Close() {
 			g.onError(fmt.Errorf("agentkit: group %s: give back a held message: %w", g.name, err))
 		}
 	}
+	g.closeHost()
 }
 
 // feed reads the group's consumer of one priority and routes each message
