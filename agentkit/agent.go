@@ -294,7 +294,7 @@ func (a *Agent) start(ctx context.Context) error {
 			continue // nothing to handle: no fan-out consumer, nothing fetched
 		}
 		if spec.class == "" && group != nil {
-			src := inboxSource(spec, q, a.opts.policies[spec.priority], a.opts.concurrency)
+			src := inboxSource(spec, q, a.opts.policies[spec.priority], a.opts.concurrency, &a.recv.idleScan)
 			inboxes[spec.priority] = src.inbox
 			sources = append(sources, src)
 			continue
@@ -349,7 +349,7 @@ func (a *Agent) openSource(cons jetstream.Consumer, spec queueSpec, q int) (*sou
 	bind := func(ctx context.Context) (jetstream.Consumer, error) {
 		return a.js.Consumer(ctx, a.opts.scheme.Stream(), name)
 	}
-	src, err := openSource(cons, bind, spec, q, a.opts.policies[spec.priority], a.opts.concurrency, a.turns)
+	src, err := openSource(cons, bind, spec, q, a.opts.policies[spec.priority], a.opts.concurrency, a.turns, &a.recv.idleScan)
 	if err != nil {
 		return nil, fmt.Errorf("agentkit: consume %s: %w", src.label(), err)
 	}

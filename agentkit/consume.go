@@ -51,6 +51,7 @@ type receiver struct {
 	readers  sync.WaitGroup
 	scanner  sync.WaitGroup // the keep-alive scanner
 	scanDone chan struct{}
+	idleScan sleeper      // lets the scanner sleep while the agent holds no message
 	lanes    lanes        // per-task ordering
 	handled  handledSet   // recently finished stream sequences
 	inFlight atomic.Int64 // handlers running, for load and BUSY
@@ -123,6 +124,7 @@ func (r *receiver) startWorkers() {
 		go r.work(r.queues[:], &r.crew[i+1])
 	}
 	r.scanDone = make(chan struct{})
+	r.idleScan.wake = make(chan struct{}, 1) // before the scanner first sleeps: poke reads it only then
 	r.scanner.Go(func() { r.scan(r.crew, r.keepAliveTick(), r.scanDone) })
 }
 
@@ -355,6 +357,7 @@ func (r *receiver) forward(src *source, d *delivery, out chan<- *delivery) bool 
 	if d.task != "" {
 		src.waiting.remove(d) // a group's inbox put it there; the lane keeps it alive
 		if !r.lanes.enter(d) {
+			r.idleScan.poke()
 			return true // queued behind the running message of its task
 		}
 	}
@@ -841,6 +844,7 @@ func (r *receiver) handle(d *delivery, slot *atomic.Pointer[delivery]) bool {
 	d.start, d.cancel, d.span = time.Now(), cancel, span
 	d.message = Message{Envelope: d.env, Subject: d.msg.Subject(), Delivery: d.delivery, StreamSeq: d.seq, send: r.send, msg: d.msg}
 	slot.Store(d)
+	r.idleScan.poke()
 	if r.stopping.Load() {
 		// Stop began while receive ran: the message goes back unstarted,
 		// like those queued. Checked after the slot is published, so
@@ -890,6 +894,9 @@ func (r *receiver) scan(crew []worker, tick time.Duration, done <-chan struct{})
 		case <-done:
 			return
 		case now := <-t.C:
+			if !r.sleepWhileIdle(crew, done) {
+				return
+			}
 			for i := range crew {
 				d := crew[i].slot.Load()
 				if d == nil {
@@ -907,6 +914,61 @@ func (r *receiver) scan(crew []worker, tick time.Duration, done <-chan struct{})
 			r.lanes.keepAlive(now, progress)
 			r.handled.rotate(now)
 		}
+	}
+}
+
+// sleepWhileIdle stops the scanner's ticks while the agent holds no
+// message (none waits, runs or is queued in a lane), until one arrives
+// (see sleeper). Thousands of idle agents then cost no timer wake-ups.
+// It is false once done closes.
+func (r *receiver) sleepWhileIdle(crew []worker, done <-chan struct{}) bool {
+	// Asleep first, then looked: a message made visible after the look
+	// finds the flag set and wakes the scanner.
+	r.idleScan.asleep.Store(true)
+	defer r.idleScan.asleep.Store(false)
+	if !r.holdsNothing(crew) {
+		return true
+	}
+	select {
+	case <-r.idleScan.wake:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// holdsNothing reports whether no message of the agent waits for a
+// worker, runs or is queued in a task's lane.
+func (r *receiver) holdsNothing(crew []worker) bool {
+	for i := range crew {
+		if crew[i].slot.Load() != nil {
+			return false
+		}
+	}
+	for _, s := range *r.sources.Load() {
+		if !s.waiting.empty() {
+			return false
+		}
+	}
+	return r.lanes.empty()
+}
+
+// sleeper wakes the keep-alive scanner sleeping while its agent held no
+// message: whatever makes a message the scanner's to keep alive (the
+// waiting set, a lane, a worker's slot) pokes it after doing so.
+type sleeper struct {
+	asleep atomic.Bool
+	wake   chan struct{}
+}
+
+// poke wakes the scanner if it sleeps; a nil sleeper does nothing.
+func (s *sleeper) poke() {
+	if s == nil || !s.asleep.Load() {
+		return
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 

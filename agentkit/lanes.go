@@ -70,6 +70,18 @@ func (l *lanes) keepAlive(now time.Time, progress func(*delivery)) {
 	}
 }
 
+// empty reports whether no message is queued in a lane.
+func (l *lanes) empty() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range l.m {
+		if len(q) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // drop returns every queued message, emptying the lanes.
 func (l *lanes) drop() []*delivery {
 	l.mu.Lock()

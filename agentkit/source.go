@@ -56,9 +56,9 @@ type source struct {
 // openSource returns the source reading cons. It opens no iterator while
 // another instance consumes (see turns): the reader opens one when this
 // instance's turn comes.
-func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.Consumer, error), spec queueSpec, queue int, policy DeliveryPolicy, workers int, turns *turns) (*source, error) {
+func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.Consumer, error), spec queueSpec, queue int, policy DeliveryPolicy, workers int, turns *turns, scanner *sleeper) (*source, error) {
 	s := &source{spec: spec, queue: queue, cons: cons, bind: bind, policy: policy, workers: workers, turns: turns,
-		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1), done: make(chan struct{})}
+		waiting: waiting{m: map[*delivery]struct{}{}, scanner: scanner}, taken: make(chan struct{}, 1), done: make(chan struct{})}
 	if turns != nil && !turns.consuming() {
 		return s, nil
 	}
@@ -72,9 +72,9 @@ func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.C
 
 // inboxSource returns the source of a priority whose messages a group
 // routes to the agent.
-func inboxSource(spec queueSpec, queue int, policy DeliveryPolicy, workers int) *source {
+func inboxSource(spec queueSpec, queue int, policy DeliveryPolicy, workers int, scanner *sleeper) *source {
 	s := &source{spec: spec, queue: queue, policy: policy, workers: workers,
-		waiting: waiting{m: map[*delivery]struct{}{}}, taken: make(chan struct{}, 1), done: make(chan struct{})}
+		waiting: waiting{m: map[*delivery]struct{}{}, scanner: scanner}, taken: make(chan struct{}, 1), done: make(chan struct{})}
 	s.inbox = &inbox{src: s, wake: make(chan struct{}, 1)}
 	return s
 }
@@ -292,14 +292,22 @@ func prefetchFor(pol DeliveryPolicy, workers int, handling time.Duration) int {
 // does running ones. Messages queued in a task's lane are not here: the
 // lane keeps them alive.
 type waiting struct {
-	mu sync.Mutex
-	m  map[*delivery]struct{}
+	mu      sync.Mutex
+	m       map[*delivery]struct{}
+	scanner *sleeper // the agent's keep-alive scanner, poked on add
 }
 
 func (w *waiting) add(d *delivery) {
 	w.mu.Lock()
 	w.m[d] = struct{}{}
 	w.mu.Unlock()
+	w.scanner.poke()
+}
+
+func (w *waiting) empty() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m) == 0
 }
 
 func (w *waiting) remove(d *delivery) {
