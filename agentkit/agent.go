@@ -52,7 +52,6 @@ type Agent struct {
 	lost      atomic.Pointer[error]
 
 	instance string    // this instance's registry key suffix
-	since    time.Time // when Start began: this instance's place in its agent's turns
 	turns    *turns    // set by Start when the instances take turns
 	unfollow func()    // stops the registry's signals for turns
 	// announced is the status the instance last announced, which a
@@ -246,9 +245,8 @@ func (a *Agent) start(ctx context.Context) error {
 				return err
 			}
 		}
-		a.since = time.Now().UTC()
 		if !a.opts.concurrentInstances && a.opts.group == nil {
-			a.turns = newTurns(reg, a.id, a.instance, a.since, a.opts.heartbeat, a.opts.logger)
+			a.turns = newTurns(reg, a.id, a.instance, a.opts.heartbeat, a.opts.logger)
 			a.turns.standBy = a.recv.standDown
 		}
 		begun := time.Now()
@@ -871,7 +869,7 @@ func (a *Agent) announce(ctx context.Context, status AgentStatus) error {
 		LastHeartbeat: time.Now().UTC(),
 	}
 	if a.turns != nil {
-		rec.Since = a.since
+		rec.Since = a.turns.start()
 	}
 	if a.opts.group != nil {
 		rec.Host = a.opts.group.name

@@ -1,6 +1,7 @@
 package agentkit
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -20,32 +21,53 @@ import (
 // An instance consumes only while its own record is fresh: once two
 // heartbeat intervals pass without a renewal, it stops fetching (it is
 // fenced), a heartbeat before the others, which judge its record by its
-// TTL of three, can take it for gone.
+// TTL of three, can take it for gone. A fenced instance renews its record
+// with a new start: it comes back as the youngest, behind any instance
+// that took over meanwhile (its old record may have expired by then).
+//
+// A registry view is a cache behind a watch, and a watch can fall
+// seconds behind (after a server is lost, until the client notices): the
+// elder's renewals then stop arriving and the view judges its record
+// expired. So before taking over from an elder that the view no longer
+// shows, an instance reads the elder's key from the server, and stands by
+// while the server still holds it live.
 type turns struct {
 	view     *registry.View
 	id       string
 	instance string
-	since    time.Time
 	grace    time.Duration // how long after a renewal this instance may consume
 	logger   *slog.Logger
 	standBy  func()          // stops the readers' fetching; called without mu
 	follow   <-chan struct{} // signals a change of the agent's records (see registry.View.Follow)
 
-	mu     sync.Mutex
-	elder  string // the instance that consumes instead, if any
-	fenced bool   // no renewal within grace
-	ours   bool   // this instance consumes
-	wake   chan struct{}
-	fence  *time.Timer
-	closed bool
+	mu      sync.Mutex
+	since   time.Time   // this instance's start, as its record states it
+	elder   string      // the instance that consumes instead, if any
+	fenced  bool        // no renewal within grace
+	ours    bool        // this instance consumes
+	wake    chan struct{}
+	fence   *time.Timer
+	recheck *time.Timer // a check after the server still held a lost elder live
+	closed  bool
 }
 
 // errStandingBy: a reader may not fetch while another instance consumes.
 var errStandingBy = errors.New("agentkit: another instance consumes")
 
-func newTurns(view *registry.View, id, instance string, since time.Time, heartbeat time.Duration, logger *slog.Logger) *turns {
-	return &turns{view: view, id: id, instance: instance, since: since, grace: 2 * heartbeat, logger: logger,
+func newTurns(view *registry.View, id, instance string, heartbeat time.Duration, logger *slog.Logger) *turns {
+	return &turns{view: view, id: id, instance: instance, grace: 2 * heartbeat, logger: logger,
 		fenced: true, wake: make(chan struct{}), standBy: func() {}}
+}
+
+// start returns the start the instance's next renewal states: a new one
+// while it is fenced (as it is before its first renewal).
+func (t *turns) start() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fenced {
+		t.since = time.Now().UTC()
+	}
+	return t.since
 }
 
 // renewed records a successful renewal of the instance's record, begun at
@@ -80,17 +102,46 @@ func (t *turns) expire() {
 
 // check reads the registry for an elder instance.
 func (t *turns) check() {
-	elder, _ := t.view.Elder(t.id, t.instance, t.since)
 	t.mu.Lock()
+	since, prev := t.since, t.elder
+	t.mu.Unlock()
+	elder, _ := t.view.Elder(t.id, t.instance, since)
 	if elder == t.instance {
 		elder = ""
 	}
+	if elder == "" && prev != "" && t.serverHolds(prev) {
+		elder = prev
+	}
+	t.mu.Lock()
 	t.elder = elder
 	down := t.settle()
 	t.mu.Unlock()
 	if down {
 		t.standBy()
 	}
+}
+
+// serverHolds reports whether the server still holds elder's record
+// live, which the view no longer shows; if it does (or cannot be asked),
+// it checks again a second later, as the view may stay behind.
+func (t *turns) serverHolds(elder string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), t.grace/2)
+	live, err := t.view.Live(ctx, t.id, elder)
+	cancel()
+	if err == nil && !live {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return true
+	}
+	if t.recheck == nil {
+		t.recheck = time.AfterFunc(time.Second, t.check)
+	} else {
+		t.recheck.Reset(time.Second)
+	}
+	return true
 }
 
 // settle updates ours and reports whether the instance just stopped
@@ -146,6 +197,9 @@ func (t *turns) close() {
 	t.closed = true
 	if t.fence != nil {
 		t.fence.Stop()
+	}
+	if t.recheck != nil {
+		t.recheck.Stop()
 	}
 	t.settle()
 }

@@ -119,3 +119,58 @@ func TestInstances_SkipsExpired(t *testing.T) {
 	}
 	natstest.Eventually(t, 5*time.Second, "the short-lived record skipped", func() bool { return instances() == "long older" })
 }
+
+// View.Live reads the server, not the view: a record put behind the
+// view's back is live at once; STOPPED, deleted, expired by its own TTL, or
+// hosted by a host whose record is missing, it is not.
+func TestView_LiveReadsTheServer(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := registry.Open(ctx, js, subjects.Default, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer view.Close()
+	kv, err := js.KeyValue(ctx, subjects.Default.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(inst, v string) {
+		if _, err := kv.PutString(ctx, "agent.worker."+inst, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := func(inst string) bool {
+		ok, err := view.Live(ctx, "worker", inst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	put("a", `{"id":"worker","instance":"a","status":"READY","ttl_seconds":3600}`)
+	put("b", `{"id":"worker","instance":"b","status":"STOPPED","ttl_seconds":3600}`)
+	put("c", `{"id":"worker","instance":"c","status":"READY","ttl_seconds":1}`)
+	put("d", `{"id":"worker","instance":"d","status":"READY","host":"g","ttl_seconds":3600}`)
+	if !live("a") || live("b") || live("d") || live("missing") {
+		t.Fatalf("live: a %v, b (STOPPED) %v, d (no host record) %v, missing %v", live("a"), live("b"), live("d"), live("missing"))
+	}
+	if _, err := kv.PutString(ctx, "host.g.d", `{"group":"g","instance":"d","members":{"worker":{"status":"READY","load":0,"in_flight":0}},"ttl_seconds":3600}`); err != nil {
+		t.Fatal(err)
+	}
+	if !live("d") {
+		t.Fatal("d is not live though its host's record lists it")
+	}
+	natstest.Eventually(t, 5*time.Second, "c's own TTL ran out", func() bool { return !live("c") })
+	if err := kv.Delete(ctx, "agent.worker.a"); err != nil {
+		t.Fatal(err)
+	}
+	if live("a") {
+		t.Fatal("a is live after its deletion")
+	}
+}

@@ -669,6 +669,33 @@ func (r *View) Elder(agent, instance string, since time.Time) (string, bool) {
 	return eldest, eldest != instance
 }
 
+// Live reads agent's instance record from the server rather than the
+// view, and reports whether it is live: present, not STOPPED, within its
+// TTL by the server's timestamp of its latest put, and, when hosted, its
+// host's record too. The view can be seconds behind its watch.
+func (r *View) Live(ctx context.Context, agent, instance string) (bool, error) {
+	key, err := subjects.InstanceKey(agent, instance)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	e, err := r.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("registry: %s: %w", key, err)
+	}
+	var in Instance
+	if json.Unmarshal(e.Value(), &in) != nil || in.Status == StatusStopped || in.Expired(e.Created(), time.Now()) {
+		return false, nil
+	}
+	if in.Host == "" {
+		return true, nil
+	}
+	_, live, err := hostedInstance(ctx, r.kv, in, e.Created())
+	return live, err
+}
+
 // Degraded reports whether the view holds a degraded mark for agent,
 // whether or not it holds a record of the agent too.
 func (r *View) Degraded(agent string) bool {
