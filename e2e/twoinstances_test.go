@@ -3,9 +3,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -21,21 +24,72 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// instanceLedger records which instance handled each message id.
+// handlerRun is one call of the handler.
+type handlerRun struct {
+	instance int
+	delivery uint64 // the delivery attempt the handler saw
+}
+
+// taskOrder follows the handler runs of one task's messages, numbered
+// from 1 in the order they were sent.
+type taskOrder struct {
+	last       int // the highest number handled so far
+	outOfOrder int // first deliveries run after a later message of the task
+	late       int // redeliveries run for the first time after a later message
+	instances  map[int]bool
+	examples   []string
+}
+
+// instanceLedger records the handler runs of both instances: which
+// instance ran each message id on which delivery, in which order each
+// task's messages ran, and when every run began.
 type instanceLedger struct {
 	mu      sync.Mutex
-	calls   map[string][]int // message id → the instance of each handler call
-	handled int              // distinct ids handled
+	calls   map[string][]handlerRun // message id → its handler runs
+	tasks   map[string]*taskOrder
+	handled int         // distinct ids handled
+	began   []time.Time // when each handler run began, in order
+}
+
+func newInstanceLedger() *instanceLedger {
+	return &instanceLedger{calls: map[string][]handlerRun{}, tasks: map[string]*taskOrder{}}
 }
 
 func (l *instanceLedger) handler(instance int) func(context.Context, *agentkit.Message) error {
 	return func(_ context.Context, m *agentkit.Message) error {
+		var p struct {
+			N int `json:"n"`
+		}
+		_ = m.DecodePayload(&p) // the sender always sends one; 0 counts as out of order
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if len(l.calls[m.MessageID]) == 0 {
-			l.handled++
+		l.began = append(l.began, time.Now())
+		first := len(l.calls[m.MessageID]) == 0
+		l.calls[m.MessageID] = append(l.calls[m.MessageID], handlerRun{instance, m.Delivery})
+		task := l.tasks[m.TaskID]
+		if task == nil {
+			task = &taskOrder{instances: map[int]bool{}}
+			l.tasks[m.TaskID] = task
 		}
-		l.calls[m.MessageID] = append(l.calls[m.MessageID], instance)
+		task.instances[instance] = true
+		if !first {
+			return nil // a duplicate: tally counts it
+		}
+		l.handled++
+		if p.N < task.last {
+			// JetStream redelivers a message lost in flight after its ack
+			// wait, behind the task's later messages; a first delivery
+			// must come in stream order.
+			if m.Delivery > 1 {
+				task.late++
+			} else {
+				task.outOfOrder++
+			}
+			if len(task.examples) < 3 {
+				task.examples = append(task.examples, fmt.Sprintf("%s: #%d (delivery %d, instance %d) after #%d", m.TaskID, p.N, m.Delivery, instance, task.last))
+			}
+		}
+		task.last = max(task.last, p.N)
 		return nil
 	}
 }
@@ -46,10 +100,10 @@ func (l *instanceLedger) count() int {
 	return l.handled
 }
 
-// tally returns, over ids, how many were never handled, and how many
-// handler calls repeated an id: on the instance that had handled it
-// already, and on the other one.
-func (l *instanceLedger) tally(ids []string) (lost []string, same, cross int) {
+// tally returns, over ids, how many were never handled, how many handler
+// calls repeated an id (on the instance that had run it already, and on
+// the other one), and how many handler calls each instance made.
+func (l *instanceLedger) tally(ids []string) (lost []string, same, cross int, perInstance [2]int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, id := range ids {
@@ -58,63 +112,148 @@ func (l *instanceLedger) tally(ids []string) (lost []string, same, cross int) {
 			lost = append(lost, id)
 			continue
 		}
-		seen := map[int]bool{calls[0]: true}
-		for _, inst := range calls[1:] {
-			if seen[inst] {
+		seen := map[int]bool{}
+		for i, c := range calls {
+			perInstance[c.instance]++
+			switch {
+			case i == 0:
+			case seen[c.instance]:
 				same++
-			} else {
+			default:
 				cross++
 			}
-			seen[inst] = true
+			seen[c.instance] = true
 		}
 	}
-	return lost, same, cross
+	return lost, same, cross, perInstance
 }
 
-// sendConcurrently sends n "work" messages to worker from workers
-// goroutines and returns the ids of those whose Send returned nil, and the
-// errors of the others.
-func sendConcurrently(sender *agentkit.Agent, n, workers int) (ok []string, failed []error) {
+// order sums the order counts of the tasks named in tasks and returns a
+// few examples of messages run after a later one of their task, and how
+// many tasks ran on both instances.
+func (l *instanceLedger) order(tasks []string) (outOfOrder, late, split int, examples []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range tasks {
+		task := l.tasks[id]
+		if task == nil {
+			continue
+		}
+		outOfOrder, late = outOfOrder+task.outOfOrder, late+task.late
+		if len(task.instances) > 1 {
+			split++
+		}
+		if len(examples) < 5 {
+			examples = append(examples, task.examples...)
+		}
+	}
+	return outOfOrder, late, split, examples
+}
+
+// runStarts returns when the handler runs began, from the first at or
+// after from.
+func (l *instanceLedger) runStarts(from time.Time) []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(l.began, from, time.Time.Compare)
+	return slices.Clone(l.began[i:])
+}
+
+// longestGap returns the longest time between from and the first of
+// times, or between two consecutive times, up to until, and when it began.
+func longestGap(from, until time.Time, times []time.Time) (gap time.Duration, at time.Time) {
+	prev := from
+	for _, t := range times {
+		if t.Before(from) {
+			continue
+		}
+		if t.After(until) {
+			break
+		}
+		if d := t.Sub(prev); d > gap {
+			gap, at = d, prev
+		}
+		prev = t
+	}
+	return gap, at
+}
+
+// sendTasks sends n "work" messages to worker as tasks tasks, named
+// prefix-0 and on: each task's messages, numbered from 1 in their payload,
+// one after another from one goroutine, the tasks in parallel, so the
+// stream holds each task's messages in order. It returns the ids of the
+// messages whose Send returned nil, the errors of the others, and when
+// each Send returned.
+func sendTasks(sender *agentkit.Agent, prefix string, n, tasks int) (ok []string, failed []error, done []time.Time) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	next := make(chan int)
-	for range workers {
+	for task := range tasks {
 		wg.Go(func() {
-			for i := range next {
+			id := fmt.Sprintf("%s-%d", prefix, task)
+			for k := 1; k <= n/tasks; k++ {
 				// No deadline: the Send retries for its publish timeout.
-				e, err := sender.Send(context.Background(), "worker", "work", map[string]int{"n": i})
+				e, err := sender.Send(context.Background(), "worker", "work", map[string]int{"n": k}, agentkit.WithTaskID(id))
 				mu.Lock()
 				if err == nil {
 					ok = append(ok, e.MessageID)
 				} else {
 					failed = append(failed, err)
 				}
+				done = append(done, time.Now())
 				mu.Unlock()
 			}
 		})
 	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
-	return ok, failed
+	slices.SortFunc(done, time.Time.Compare)
+	return ok, failed, done
+}
+
+// turnsLog keeps the lines an instance's logger writes about its turn
+// (consuming, standing by), each with its time.
+type turnsLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *turnsLog) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`msg="instance `)) {
+		w.mu.Lock()
+		w.lines = append(w.lines, string(bytes.TrimSpace(p)))
+		w.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+// since returns the lines from the n-th on, and how many there are.
+func (w *turnsLog) since(n int) ([]string, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines[n:]), len(w.lines)
 }
 
 // TestProcessCluster_TwoInstancesDuplicates runs two instances of one
-// agent, each on its own connection to its own node, while a sender sends
-// 5,000 messages a run and the node leading the agent's consumer
-// (odd runs) or the message stream (even runs) is killed with SIGKILL
-// once a third of them are handled. No message whose Send returned nil may
-// be lost. Duplicate handler calls are counted and logged, not asserted:
-// the memory of handled messages is per instance, so a message redelivered
-// after a leader change (its ack lost with the old leader) may reach the
-// other instance and run again. AGENTMESH_DUP_RUNS sets the runs (default
-// 2).
+// agent, registered in an R3 registry and taking turns, each on its own
+// connection to its own node, while a sender sends 5,000 messages a run as
+// 50 tasks of 100, and the node leading the agent's consumer (odd runs) or
+// the message stream (even runs) is killed with SIGKILL once a third of
+// them are handled. Exactly one instance consumes. It proves that across
+// the instances no message whose Send returned nil is lost, none runs its
+// handler twice (a redelivery after a leader change lost an ack comes back
+// to the instance that ran it, whose handled set absorbs it), and a task's
+// first deliveries run in the order they were sent; a redelivery of a
+// message lost in flight may run after its task's later messages, and is
+// counted. The consuming instance may stand by for a while when the kill
+// keeps its registry record unrenewed; handling must resume.
+//
+// AGENTMESH_DUP_RUNS sets the runs (default 2). AGENTMESH_DUP_CONCURRENT=1
+// runs the instances with [agentkit.WithConcurrentInstances], sharing the
+// consumer: duplicates and order violations are then logged, not asserted.
 func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
-	const perRun = 5000
+	const perRun, tasks = 5000, 50
 	c := runProcCluster(t, 3)
 	runs := envInt(t, "AGENTMESH_DUP_RUNS", 2)
+	concurrent := os.Getenv("AGENTMESH_DUP_CONCURRENT") == "1"
 	admin := c.Connect(2)
 	js, _ := jetstream.New(admin)
 	scheme, _ := subjects.New("dup")
@@ -129,7 +268,7 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 	// Short ack timeouts, so a delivery whose ack died with a leader comes
 	// back within the run, and enough attempts that none is exhausted.
 	policy := agentkit.DeliveryPolicy{BackOff: []time.Duration{2 * time.Second, 4 * time.Second}, MaxDeliver: 10}
-	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3), agentkit.WithRegistration(false),
+	opts := []agentkit.Option{agentkit.WithScheme(scheme), agentkit.WithReplicas(3),
 		agentkit.WithPolicy(wire.PriorityNormal, policy), agentkit.WithPublishTimeout(30 * time.Second)}
 	var errMu sync.Mutex
 	asyncErrs := map[string]int{}
@@ -142,11 +281,19 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 		asyncErrs[key]++
 		errMu.Unlock()
 	}
-	l := &instanceLedger{calls: map[string][]int{}}
+	l := newInstanceLedger()
 	var instances []*agentkit.Agent
+	var turnLogs []*turnsLog
 	for i := range 2 {
-		a, err := agentkit.New(c.Connect(i, nats.ReconnectWait(50*time.Millisecond)), "worker",
-			append(slices.Clone(opts), agentkit.WithErrorHandler(onErr))...)
+		// The instances register (the registry bucket is created R3, as
+		// the stream is) and take turns, unless told to share.
+		w := &turnsLog{}
+		iopts := append(slices.Clone(opts), agentkit.WithErrorHandler(onErr),
+			agentkit.WithLogger(slog.New(slog.NewTextHandler(w, nil))))
+		if concurrent {
+			iopts = append(iopts, agentkit.WithConcurrentInstances())
+		}
+		a, err := agentkit.New(c.Connect(i, nats.ReconnectWait(50*time.Millisecond)), "worker", iopts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,8 +301,11 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 		a.HandleFunc("work", l.handler(i))
 		natstest.WaitFor(t, 30*time.Second, func() error { return a.Start(ctx) })
 		instances = append(instances, a)
+		turnLogs = append(turnLogs, w)
 	}
-	sender, err := agentkit.New(c.Connect(2, nats.ReconnectWait(50*time.Millisecond)), "sender", opts...)
+	checkRegistry(t, js, scheme)
+	sender, err := agentkit.New(c.Connect(2, nats.ReconnectWait(50*time.Millisecond)), "sender",
+		append(slices.Clone(opts), agentkit.WithRegistration(false))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +326,40 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 		}
 		return nil
 	}
+	// consuming waits until the instances consume as they should: one of
+	// them taking turns, both sharing.
+	consuming := func(what string) string {
+		var got string
+		natstest.Eventually(t, 60*time.Second, what, func() bool {
+			a, b := instances[0].Consuming(), instances[1].Consuming()
+			got = fmt.Sprintf("consuming: instance 0 %v, instance 1 %v", a, b)
+			if concurrent {
+				return a && b
+			}
+			return a != b
+		})
+		return got
+	}
+	absorbed := func() (n [2]uint64) {
+		for i, a := range instances {
+			n[i] = a.Stats().Outcomes[agentkit.OutcomeDuplicate]
+		}
+		return n
+	}
+	logged := make([]int, len(turnLogs))
+	flushTurns := func(label string) {
+		for i, w := range turnLogs {
+			var lines []string
+			lines, logged[i] = w.since(logged[i])
+			for _, line := range lines {
+				t.Logf("%s: instance %d: %s", label, i, line)
+			}
+		}
+	}
+	t.Logf("before the runs: %s", consuming("the instances to settle their turns"))
+	flushTurns("before the runs")
 
-	var totalSame, totalCross, totalSent, totalFailed int
+	var totalSame, totalCross, totalSent, totalFailed, totalOutOfOrder, totalLate int
 	for run := 1; run <= runs; run++ {
 		kind, target, other := "consumer", consumerLeader, streamLeader
 		targetAPI, otherAPI := consumerStepDown(scheme, consumer), streamStepDown(scheme)
@@ -185,6 +367,7 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 			kind, target, other = "stream", streamLeader, consumerLeader
 			targetAPI, otherAPI = otherAPI, targetAPI
 		}
+		before := consuming(fmt.Sprintf("run %d: the instances' turns before the kill", run))
 		// The killed node leads only the group under test.
 		var victimName string
 		natstest.WaitFor(t, 30*time.Second, func() error {
@@ -205,15 +388,21 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 			watchTarget = func() (string, error) { return c.StreamLeader(wjs, scheme.Stream()) }
 		}
 
-		base := l.count()
+		base, absorbedBefore := l.count(), absorbed()
+		prefix := fmt.Sprintf("run%d", run)
+		runTasks := make([]string, tasks)
+		for i := range runTasks {
+			runTasks[i] = fmt.Sprintf("%s-%d", prefix, i)
+		}
 		type result struct {
 			ok     []string
 			failed []error
+			done   []time.Time
 		}
 		sent := make(chan result, 1)
 		go func() {
-			ok, failed := sendConcurrently(sender, perRun, 8)
-			sent <- result{ok, failed}
+			ok, failed, done := sendTasks(sender, prefix, perRun, tasks)
+			sent <- result{ok, failed, done}
 		}()
 		natstest.WaitForProgress(t, 30*time.Second, base+perRun/3, "messages handled before the kill", func() (int, error) {
 			return l.count(), nil
@@ -229,22 +418,40 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 			t.Fatalf("run %d: sends still running 120s after the kill", run)
 		}
 		natstest.WaitForProgress(t, 30*time.Second, len(res.ok), "messages sent OK and handled", func() (int, error) {
-			lost, _, _ := l.tally(res.ok)
+			lost, _, _, _ := l.tally(res.ok)
 			return len(res.ok) - len(lost), nil
 		})
+		allHandled := time.Now()
 		c.Restart(victim)
 		// Nothing may be left to redeliver before duplicates are counted.
 		natstest.WaitFor(t, 60*time.Second, settled)
-		lost, same, cross := l.tally(res.ok)
-		t.Logf("run %d: %s leader %s killed with %d of %d handled; new leader %s after %v; %d Sends OK, %d failed; %d lost; duplicate handler calls: %d on the other instance, %d on the same one",
-			run, kind, victimName, atKill, perRun, newLeader, elected.Sub(kill).Round(time.Millisecond), len(res.ok), len(res.failed), len(lost), cross, same)
+		lost, same, cross, perInstance := l.tally(res.ok)
+		outOfOrder, late, split, examples := l.order(runTasks)
+		absorbedAfter := absorbed()
+		handleGap, handleGapAt := longestGap(kill, allHandled, l.runStarts(kill))
+		sendGap, sendGapAt := longestGap(kill, res.done[len(res.done)-1], res.done)
+		t.Logf("run %d: %s leader %s killed with %d of %d handled; new leader %s after %v; %d Sends OK, %d failed; %d lost",
+			run, kind, victimName, atKill, perRun, newLeader, elected.Sub(kill).Round(time.Millisecond), len(res.ok), len(res.failed), len(lost))
+		t.Logf("run %d: duplicate handler calls: %d on the other instance, %d on the same one; out-of-order first deliveries %d; late redeliveries %d; redeliveries absorbed: instance 0 %d, instance 1 %d",
+			run, cross, same, outOfOrder, late, absorbedAfter[0]-absorbedBefore[0], absorbedAfter[1]-absorbedBefore[1])
+		t.Logf("run %d: handler calls: instance 0 %d, instance 1 %d; tasks run on both instances %d; %s before the kill; longest handling gap %v from kill+%v; longest gap between Sends returning %v from kill+%v",
+			run, perInstance[0], perInstance[1], split, before, handleGap.Round(time.Millisecond), handleGapAt.Sub(kill).Round(time.Millisecond),
+			sendGap.Round(time.Millisecond), sendGapAt.Sub(kill).Round(time.Millisecond))
+		flushTurns(fmt.Sprintf("run %d", run))
+		for _, e := range examples {
+			t.Logf("run %d: e.g. %s", run, e)
+		}
 		if len(lost) > 0 {
 			t.Errorf("run %d: %d messages whose Send returned nil were never handled, e.g. %v", run, len(lost), lost[:min(5, len(lost))])
+		}
+		if !concurrent && (same+cross > 0 || outOfOrder > 0) {
+			t.Errorf("run %d: instances taking turns ran %d handler calls again and %d first deliveries out of their task's order", run, same+cross, outOfOrder)
 		}
 		if len(res.failed) > 0 {
 			t.Logf("run %d: e.g. %v", run, res.failed[0])
 		}
 		totalSame, totalCross, totalSent, totalFailed = totalSame+same, totalCross+cross, totalSent+len(res.ok), totalFailed+len(res.failed)
+		totalOutOfOrder, totalLate = totalOutOfOrder+outOfOrder, totalLate+late
 	}
 	var outcomes []string
 	for i, a := range instances {
@@ -253,6 +460,25 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 	}
 	errMu.Lock()
 	defer errMu.Unlock()
-	t.Logf("%d runs: %d Sends OK, %d failed; duplicate handler calls: %d on the other instance, %d on the same one; %s; background errors %v",
-		runs, totalSent, totalFailed, totalCross, totalSame, strings.Join(outcomes, "; "), asyncErrs)
+	t.Logf("%d runs (concurrent instances %v): %d Sends OK, %d failed; duplicate handler calls: %d on the other instance, %d on the same one; out-of-order first deliveries %d; late redeliveries %d; %s; background errors %v",
+		runs, concurrent, totalSent, totalFailed, totalCross, totalSame, totalOutOfOrder, totalLate, strings.Join(outcomes, "; "), asyncErrs)
+}
+
+// checkRegistry fails the test unless the registry bucket is replicated
+// as the stream is: the turns must survive the node kills.
+func checkRegistry(t *testing.T, js jetstream.JetStream, scheme subjects.Scheme) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, scheme.RegistryBucket())
+	if err != nil {
+		t.Fatalf("registry bucket: %v", err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatalf("registry bucket: %v", err)
+	}
+	if r := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas; r != 3 {
+		t.Fatalf("registry bucket has %d replicas, want 3", r)
+	}
 }
