@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
 	"github.com/agentmesh-io/agentmesh/subjects"
@@ -159,19 +160,22 @@ func (l *instanceLedger) runStarts(from time.Time) []time.Time {
 	return slices.Clone(l.began[i:])
 }
 
-// longestGap returns the longest time between from and the first of
-// times, or between two consecutive times, up to until, and when it began.
+// longestGap returns the longest time without any of times between from
+// and until, and when it began.
 func longestGap(from, until time.Time, times []time.Time) (gap time.Duration, at time.Time) {
 	prev := from
-	for _, t := range times {
+	for _, t := range append(slices.Clone(times), until) {
 		if t.Before(from) {
 			continue
 		}
 		if t.After(until) {
-			break
+			t = until
 		}
 		if d := t.Sub(prev); d > gap {
 			gap, at = d, prev
+		}
+		if !t.Before(until) {
+			break
 		}
 		prev = t
 	}
@@ -232,6 +236,41 @@ func (w *turnsLog) since(n int) ([]string, int) {
 	return slices.Clone(w.lines[n:]), len(w.lines)
 }
 
+// viewLog records when an instance's registry view applied a change of
+// the agent's records: each instance renews its own every heartbeat, so
+// a long silence is a view that stopped following the bucket.
+type viewLog struct {
+	mu     sync.Mutex
+	at     []time.Time
+	events []string
+}
+
+func (v *viewLog) follow(ctx context.Context, view *registry.View, agent string) {
+	for ev := range view.Watch(ctx) {
+		if ev.Agent.ID == agent {
+			now := time.Now()
+			v.mu.Lock()
+			v.at = append(v.at, now)
+			v.events = append(v.events, fmt.Sprintf("%s: %d live, status %s, last heartbeat %s", now.UTC().Format("15:04:05.000"),
+				ev.Agent.Instances, ev.Agent.Status, ev.Agent.LastHeartbeat.UTC().Format("15:04:05.000")))
+			v.mu.Unlock()
+		}
+	}
+}
+
+// between returns when the view applied changes, and what it showed
+// then, from from to until.
+func (v *viewLog) between(from, until time.Time) (at []time.Time, events []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, t := range v.at {
+		if !t.Before(from) && !t.After(until) {
+			at, events = append(at, t), append(events, v.events[i])
+		}
+	}
+	return at, events
+}
+
 // TestProcessCluster_TwoInstancesDuplicates runs two instances of one
 // agent, registered in an R3 registry and taking turns, each on its own
 // connection to its own node, while a sender sends 5,000 messages a run as
@@ -284,6 +323,7 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 	l := newInstanceLedger()
 	var instances []*agentkit.Agent
 	var turnLogs []*turnsLog
+	var viewLogs []*viewLog
 	for i := range 2 {
 		// The instances register (the registry bucket is created R3, as
 		// the stream is) and take turns, unless told to share.
@@ -302,6 +342,9 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 		natstest.WaitFor(t, 30*time.Second, func() error { return a.Start(ctx) })
 		instances = append(instances, a)
 		turnLogs = append(turnLogs, w)
+		v := &viewLog{}
+		go v.follow(ctx, a.Registry(), "worker")
+		viewLogs = append(viewLogs, v)
 	}
 	checkRegistry(t, js, scheme)
 	sender, err := agentkit.New(c.Connect(2, nats.ReconnectWait(50*time.Millisecond)), "sender",
@@ -408,6 +451,7 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 			return l.count(), nil
 		})
 		atKill := l.count() - base
+		regLeader, _ := c.StreamLeader(js, "KV_"+scheme.RegistryBucket())
 		kill := c.Kill(victim)
 		newLeader, elected := c.WaitNewLeader(30*time.Second, victimName, watchTarget)
 		watch.Close()
@@ -437,6 +481,20 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 		t.Logf("run %d: handler calls: instance 0 %d, instance 1 %d; tasks run on both instances %d; %s before the kill; longest handling gap %v from kill+%v; longest gap between Sends returning %v from kill+%v",
 			run, perInstance[0], perInstance[1], split, before, handleGap.Round(time.Millisecond), handleGapAt.Sub(kill).Round(time.Millisecond),
 			sendGap.Round(time.Millisecond), sendGapAt.Sub(kill).Round(time.Millisecond))
+		settledAt := time.Now()
+		views := ""
+		for i, v := range viewLogs {
+			at, events := v.between(kill.Add(-10*time.Second), settledAt)
+			gap, from := longestGap(kill, settledAt, at)
+			views += fmt.Sprintf("; instance %d's view silent for %v from kill+%v", i, gap.Round(time.Millisecond), from.Sub(kill).Round(time.Millisecond))
+			if !concurrent && perInstance[0] > 0 && perInstance[1] > 0 {
+				// Both consumed: what each view showed of the turns.
+				for _, e := range events {
+					t.Logf("run %d: instance %d's view: %s", run, i, e)
+				}
+			}
+		}
+		t.Logf("run %d: killed at %s; registry stream leader %s%s", run, kill.UTC().Format("15:04:05.000"), regLeader, views)
 		flushTurns(fmt.Sprintf("run %d", run))
 		for _, e := range examples {
 			t.Logf("run %d: e.g. %s", run, e)
