@@ -214,19 +214,68 @@ func sendTasks(sender *agentkit.Agent, prefix string, n, tasks int) (ok []string
 }
 
 // turnsLog keeps the lines an instance's logger writes about its turn
-// (consuming, standing by), each with its time.
+// (consuming, standing by), each with its time, and when the instance
+// began and stopped consuming.
 type turnsLog struct {
-	mu    sync.Mutex
-	lines []string
+	mu       sync.Mutex
+	lines    []string
+	switches []turnSwitch
+}
+
+// turnSwitch is an instance beginning (on) or ending its turn.
+type turnSwitch struct {
+	at time.Time
+	on bool
 }
 
 func (w *turnsLog) Write(p []byte) (int, error) {
-	if bytes.Contains(p, []byte(`msg="instance `)) {
-		w.mu.Lock()
-		w.lines = append(w.lines, string(bytes.TrimSpace(p)))
-		w.mu.Unlock()
+	if !bytes.Contains(p, []byte(`msg="instance `)) {
+		return len(p), nil
+	}
+	line := string(bytes.TrimSpace(p))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, line)
+	stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+	if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
+		w.switches = append(w.switches, turnSwitch{at, strings.Contains(line, `msg="instance consumes`)})
 	}
 	return len(p), nil
+}
+
+// bothConsumed returns the times, up to now, when both instances
+// consumed at once, by what they logged.
+func bothConsumed(logs []*turnsLog, now time.Time) (spans [][2]time.Time) {
+	type change struct {
+		turnSwitch
+		instance int
+	}
+	var all []change
+	for i, w := range logs {
+		w.mu.Lock()
+		for _, sw := range w.switches {
+			all = append(all, change{sw, i})
+		}
+		w.mu.Unlock()
+	}
+	slices.SortStableFunc(all, func(a, b change) int { return a.at.Compare(b.at) })
+	on := make([]bool, len(logs))
+	var since time.Time
+	both := false
+	for _, c := range all {
+		on[c.instance] = c.on
+		together := !slices.Contains(on, false)
+		if together && !both {
+			since = c.at
+		} else if !together && both {
+			spans = append(spans, [2]time.Time{since, c.at})
+		}
+		both = together
+	}
+	if both {
+		spans = append(spans, [2]time.Time{since, now})
+	}
+	return spans
 }
 
 // since returns the lines from the n-th on, and how many there are.
@@ -283,7 +332,9 @@ func (v *viewLog) between(from, until time.Time) (at []time.Time, events []strin
 // first deliveries run in the order they were sent; a redelivery of a
 // message lost in flight may run after its task's later messages, and is
 // counted. The consuming instance may stand by for a while when the kill
-// keeps its registry record unrenewed; handling must resume.
+// keeps its registry record unrenewed; handling must resume. Each run logs
+// the instances' turns, any time both consumed at once, and how long each
+// instance's registry view went without news of the agent's records.
 //
 // AGENTMESH_DUP_RUNS sets the runs (default 2). AGENTMESH_DUP_CONCURRENT=1
 // runs the instances with [agentkit.WithConcurrentInstances], sharing the
@@ -401,6 +452,7 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 	}
 	t.Logf("before the runs: %s", consuming("the instances to settle their turns"))
 	flushTurns("before the runs")
+	lastReport := time.Now()
 
 	var totalSame, totalCross, totalSent, totalFailed, totalOutOfOrder, totalLate int
 	for run := 1; run <= runs; run++ {
@@ -484,9 +536,15 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 		settledAt := time.Now()
 		views := ""
 		for i, v := range viewLogs {
+			// From a heartbeat before the kill: a view may have stopped
+			// following the bucket before it.
 			at, events := v.between(kill.Add(-10*time.Second), settledAt)
-			gap, from := longestGap(kill, settledAt, at)
-			views += fmt.Sprintf("; instance %d's view silent for %v from kill+%v", i, gap.Round(time.Millisecond), from.Sub(kill).Round(time.Millisecond))
+			gap, from := longestGap(kill.Add(-10*time.Second), settledAt, at)
+			still := ""
+			if !from.Add(gap).Before(settledAt) {
+				still = " (still silent when the run settled)"
+			}
+			views += fmt.Sprintf("; instance %d's view silent for %v from kill%+v%s", i, gap.Round(time.Millisecond), from.Sub(kill).Round(time.Millisecond), still)
 			if !concurrent && perInstance[0] > 0 && perInstance[1] > 0 {
 				// Both consumed: what each view showed of the turns.
 				for _, e := range events {
@@ -496,6 +554,16 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 		}
 		t.Logf("run %d: killed at %s; registry stream leader %s%s", run, kill.UTC().Format("15:04:05.000"), regLeader, views)
 		flushTurns(fmt.Sprintf("run %d", run))
+		if !concurrent {
+			// The registry views decide the turns: one that stopped
+			// following the bucket may take a live elder for gone.
+			for _, span := range bothConsumed(turnLogs, time.Now()) {
+				if span[1].After(lastReport) {
+					t.Logf("run %d: both instances consumed for %v from kill%+v", run, span[1].Sub(span[0]).Round(time.Millisecond), span[0].Sub(kill).Round(time.Millisecond))
+				}
+			}
+			lastReport = time.Now()
+		}
 		for _, e := range examples {
 			t.Logf("run %d: e.g. %s", run, e)
 		}
