@@ -90,9 +90,13 @@ func (t *turns) renewed(at time.Time) {
 }
 
 // expire fences the instance: its record went unrenewed for grace.
-func (t *turns) expire() {
+func (t *turns) expire() { t.update(func() { t.fenced = true }) }
+
+// update applies change under mu and stands the readers down if the
+// instance just stopped consuming.
+func (t *turns) update(change func()) {
 	t.mu.Lock()
-	t.fenced = true
+	change()
 	down := t.settle()
 	t.mu.Unlock()
 	if down {
@@ -112,13 +116,7 @@ func (t *turns) check() {
 	if elder == "" && prev != "" && t.serverHolds(prev) {
 		elder = prev
 	}
-	t.mu.Lock()
-	t.elder = elder
-	down := t.settle()
-	t.mu.Unlock()
-	if down {
-		t.standBy()
-	}
+	t.update(func() { t.elder = elder })
 }
 
 // serverHolds reports whether the server still holds elder's record
