@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentmesh-io/agentmesh/agentkit/bucket"
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
@@ -84,7 +82,7 @@ func (r *View) RegisterHost(ctx context.Context, h Host, ttl time.Duration) erro
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(ttl)); err != nil {
+	if err := r.putTTL(ctx, key, b, ttl); err != nil {
 		return fmt.Errorf("registry: register host %s/%s: %w", h.Group, h.Instance, err)
 	}
 	return nil

@@ -783,13 +783,21 @@ func (r *View) Register(ctx context.Context, rec Instance, ttl time.Duration) er
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
+	if err := r.putTTL(ctx, key, b, ttl); err != nil {
+		return fmt.Errorf("registry: register %s/%s: %w", rec.ID, rec.Instance, err)
+	}
+	return nil
+}
+
+// putTTL puts b under key with a per-key TTL, by publishing to the key's
+// subject (a KV put carries no TTL).
+func (r *View) putTTL(ctx context.Context, key string, b []byte, ttl time.Duration) error {
 	if _, err := r.js.Publish(ctx, subjects.KVSubject(r.bucket, key), b, jetstream.WithMsgTTL(ttl)); err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeMsgTTLDisabled {
-			return fmt.Errorf("registry: register %s/%s: registry bucket %s does not allow per-key TTLs (agentmesh migrate allows them): %w",
-				rec.ID, rec.Instance, r.bucket, err)
+			return fmt.Errorf("registry bucket %s does not allow per-key TTLs (agentmesh migrate allows them): %w", r.bucket, err)
 		}
-		return fmt.Errorf("registry: register %s/%s: %w", rec.ID, rec.Instance, err)
+		return err
 	}
 	return nil
 }
