@@ -113,20 +113,21 @@ func (t *turns) check() {
 	if elder == t.instance {
 		elder = ""
 	}
-	if elder == "" && prev != "" && t.serverHolds(prev) {
+	if elder == "" && prev != "" && t.serverHolds(prev, since) {
 		elder = prev
 	}
 	t.update(func() { t.elder = elder })
 }
 
 // serverHolds reports whether the server still holds elder's record
-// live, which the view no longer shows; if it does (or cannot be asked),
-// it checks again a second later, as the view may stay behind.
-func (t *turns) serverHolds(elder string) bool {
+// live and ranking before this instance, started at since, which the view
+// no longer shows; if it does (or cannot be asked), it checks again a
+// second later, as the view may stay behind.
+func (t *turns) serverHolds(elder string, since time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), t.grace/2)
-	live, err := t.view.Live(ctx, t.id, elder)
+	rec, live, err := t.view.Live(ctx, t.id, elder)
 	cancel()
-	if err == nil && !live {
+	if err == nil && !(live && registry.Precedes(rec, t.instance, since)) {
 		return false
 	}
 	t.mu.Lock()

@@ -147,7 +147,7 @@ func TestView_LiveReadsTheServer(t *testing.T) {
 		}
 	}
 	live := func(inst string) bool {
-		ok, err := view.Live(ctx, "worker", inst)
+		_, ok, err := view.Live(ctx, "worker", inst)
 		if err != nil {
 			t.Fatal(err)
 		}

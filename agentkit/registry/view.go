@@ -659,41 +659,51 @@ func (r *View) Elder(agent, instance string, since time.Time) (string, bool) {
 	eldest, eldestSince := instance, since
 	for id, e := range r.instances[agent] {
 		in, ok := r.live(agent, id, e, now)
-		if !ok || in.Since.IsZero() || in.Status == StatusStopped {
+		if !ok || in.Status == StatusStopped {
 			continue
 		}
-		if c := in.Since.Compare(eldestSince); c < 0 || c == 0 && id < eldest {
+		if Precedes(in, eldest, eldestSince) {
 			eldest, eldestSince = id, in.Since
 		}
 	}
 	return eldest, eldest != instance
 }
 
+// Precedes reports whether in, an instance record that states its
+// start, ranks before instance started at since in its agent's turns:
+// it started earlier, or at the same time with a smaller instance id.
+func Precedes(in Instance, instance string, since time.Time) bool {
+	if in.Since.IsZero() {
+		return false
+	}
+	c := in.Since.Compare(since)
+	return c < 0 || c == 0 && in.Instance < instance
+}
+
 // Live reads agent's instance record from the server rather than the
-// view, and reports whether it is live: present, not STOPPED, within its
-// TTL by the server's timestamp of its latest put, and, when hosted, its
-// host's record too. The view can be seconds behind its watch.
-func (r *View) Live(ctx context.Context, agent, instance string) (bool, error) {
+// view, which can be seconds behind its watch, and returns it with whether
+// it is live: present, not STOPPED, within its TTL by the server's
+// timestamp of its latest put, and, when hosted, its host's record too.
+func (r *View) Live(ctx context.Context, agent, instance string) (Instance, bool, error) {
 	key, err := subjects.InstanceKey(agent, instance)
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrInvalidID, err)
+		return Instance{}, false, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
 	e, err := r.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
+		return Instance{}, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("registry: %s: %w", key, err)
+		return Instance{}, false, fmt.Errorf("registry: %s: %w", key, err)
 	}
 	var in Instance
 	if json.Unmarshal(e.Value(), &in) != nil || in.Status == StatusStopped || in.Expired(e.Created(), time.Now()) {
-		return false, nil
+		return in, false, nil
 	}
 	if in.Host == "" {
-		return true, nil
+		return in, true, nil
 	}
-	_, live, err := hostedInstance(ctx, r.kv, in, e.Created())
-	return live, err
+	return hostedInstance(ctx, r.kv, in, e.Created())
 }
 
 // Degraded reports whether the view holds a degraded mark for agent,
