@@ -51,9 +51,9 @@ type Agent struct {
 	watchDone chan struct{}
 	lost      atomic.Pointer[error]
 
-	instance string    // this instance's registry key suffix
-	turns    *turns    // set by Start when the instances take turns
-	unfollow func()    // stops the registry's signals for turns
+	instance string // this instance's registry key suffix
+	turns    *turns // set by Start when the instances take turns
+	unfollow func() // stops the registry's signals for turns
 	// announced is the status the instance last announced, which a
 	// group's host record repeats for a hosted member (see hosting).
 	announced atomic.Pointer[AgentStatus]
@@ -950,8 +950,9 @@ func (a *Agent) heartbeatLoop() {
 	hb, _ := a.opts.scheme.Heartbeat(a.id) // id validated in New
 	reported := false                      // the registry's watch ending, once
 	var follow <-chan struct{}             // changes of this agent's records, when the instances take turns
+	var renew <-chan struct{}              // the turns ask for a renewal now
 	if a.turns != nil {
-		follow = a.turns.follow
+		follow, renew = a.turns.follow, a.turns.renew
 	}
 	for {
 		select {
@@ -959,35 +960,37 @@ func (a *Agent) heartbeatLoop() {
 			return
 		case <-follow:
 			a.turns.check()
+			continue
+		case <-renew:
 		case <-t.C:
-			if err := a.registry.Err(); err != nil && !reported {
-				reported = true
-				a.asyncError(fmt.Errorf("agentkit: %s: discovery answers from a cache that no longer changes: %w", a.id, err))
+		}
+		if err := a.registry.Err(); err != nil && !reported {
+			reported = true
+			a.asyncError(fmt.Errorf("agentkit: %s: discovery answers from a cache that no longer changes: %w", a.id, err))
+		}
+		a.announceMu.Lock()
+		status := StatusReady
+		if a.lifecycle() == stateStopping {
+			status = StatusStopping
+		}
+		begun := time.Now()
+		ok := a.announceBestEffort(status)
+		a.announceMu.Unlock()
+		if a.turns != nil {
+			if ok {
+				a.turns.renewed(begun)
 			}
-			a.announceMu.Lock()
-			status := StatusReady
-			if a.lifecycle() == stateStopping {
-				status = StatusStopping
+			// A failed renewal is retried within a second rather than a
+			// heartbeat: two missed intervals fence the instance.
+			next := a.opts.heartbeat
+			if !ok {
+				next = min(next, time.Second)
 			}
-			begun := time.Now()
-			ok := a.announceBestEffort(status)
-			a.announceMu.Unlock()
-			if a.turns != nil {
-				if ok {
-					a.turns.renewed(begun)
-				}
-				// A failed renewal is retried within a second rather than a
-				// heartbeat: two missed intervals fence the instance.
-				next := a.opts.heartbeat
-				if !ok {
-					next = min(next, time.Second)
-				}
-				t.Reset(next)
-			}
-			b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.recv.inFlight.Load(), "at": time.Now().UTC()})
-			if err := a.nc.Publish(hb, b); err != nil {
-				a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))
-			}
+			t.Reset(next)
+		}
+		b, _ := json.Marshal(map[string]any{"id": a.id, "instance": a.instance, "in_flight": a.recv.inFlight.Load(), "at": time.Now().UTC()})
+		if err := a.nc.Publish(hb, b); err != nil {
+			a.asyncError(fmt.Errorf("agentkit: heartbeat: %w", err))
 		}
 	}
 }

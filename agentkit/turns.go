@@ -23,7 +23,9 @@ import (
 // fenced), a heartbeat before the others, which judge its record by its
 // TTL of three, can take it for gone. A fenced instance renews its record
 // with a new start: it comes back as the youngest, behind any instance
-// that took over meanwhile (its old record may have expired by then).
+// that took over meanwhile (its old record may have expired by then). An
+// instance whose own record the registry dropped (it expired, say, just
+// as the renewal landed) counts as fenced too, and renews at once.
 //
 // A registry view is a cache behind a watch, and a watch can fall
 // seconds behind (after a server is lost, until the client notices): the
@@ -39,12 +41,14 @@ type turns struct {
 	logger   *slog.Logger
 	standBy  func()          // stops the readers' fetching; called without mu
 	follow   <-chan struct{} // signals a change of the agent's records (see registry.View.Follow)
+	renew    chan struct{}   // asks the heartbeat for a renewal now
 
 	mu      sync.Mutex
-	since   time.Time   // this instance's start, as its record states it
-	elder   string      // the instance that consumes instead, if any
-	fenced  bool        // no renewal within grace
-	ours    bool        // this instance consumes
+	since   time.Time // this instance's start, as its record states it
+	seen    bool      // the registry held this instance's record since its last renewal or fence
+	elder   string    // the instance that consumes instead, if any
+	fenced  bool      // no renewal within grace
+	ours    bool      // this instance consumes
 	wake    chan struct{}
 	fence   *time.Timer
 	recheck *time.Timer // a check after the server still held a lost elder live
@@ -56,7 +60,7 @@ var errStandingBy = errors.New("agentkit: another instance consumes")
 
 func newTurns(view *registry.View, id, instance string, heartbeat time.Duration, logger *slog.Logger) *turns {
 	return &turns{view: view, id: id, instance: instance, grace: 2 * heartbeat, logger: logger,
-		fenced: true, wake: make(chan struct{}), standBy: func() {}}
+		fenced: true, wake: make(chan struct{}), standBy: func() {}, renew: make(chan struct{}, 1)}
 }
 
 // start returns the start the instance's next renewal states: a new one
@@ -116,7 +120,21 @@ func (t *turns) check() {
 	if elder == "" && prev != "" && t.serverHolds(prev, since) {
 		elder = prev
 	}
-	t.update(func() { t.elder = elder })
+	own := t.view.Holds(t.id, t.instance)
+	t.update(func() {
+		t.elder = elder
+		switch {
+		case own:
+			t.seen = true
+		case t.seen:
+			t.seen, t.fenced = false, true
+			t.logger.Warn("the registry dropped this instance's record: renewing it as the youngest", "agent", t.id, "instance", t.instance)
+			select {
+			case t.renew <- struct{}{}:
+			default:
+			}
+		}
+	})
 }
 
 // serverHolds reports whether the server still holds elder's record

@@ -2,6 +2,7 @@ package agentkit_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
+	"github.com/agentmesh-io/agentmesh/agentkit/registry"
 	"github.com/agentmesh-io/agentmesh/agentkit/wire"
+	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
 // handling records, in the order handlers started, which instance ran
@@ -192,4 +195,54 @@ func TestTurns_FencedWhileItsRecordGoesUnrenewed(t *testing.T) {
 	eventually(t, 10*time.Second, "the instance consumes again", a.Consuming)
 	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= 5 })
 	h.check(t, 1, 5)
+}
+
+// An instance whose record the registry dropped (here deleted behind its
+// back) comes back as the youngest: the other instance takes over.
+func TestTurns_DroppedRecordRejoinsAsYoungest(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var h handling
+	hb := agentkit.WithHeartbeat(400 * time.Millisecond)
+	a := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("A")}, hb)
+	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")}, hb)
+	if !a.Consuming() || b.Consuming() {
+		t.Fatalf("Consuming: elder %v, younger %v; want true, false", a.Consuming(), b.Consuming())
+	}
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), subjects.Default.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.ListKeysFiltered(ctx(t), "agent.worker.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elder string // the key of the record stating the earliest start
+	var elderSince time.Time
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx(t), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec registry.Instance
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if elder == "" || rec.Since.Before(elderSince) {
+			elder, elderSince = k, rec.Since
+		}
+	}
+	if err := kv.Delete(ctx(t), elder); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the younger consumes, the elder stands by", func() bool { return b.Consuming() && !a.Consuming() })
+	sendTasks(t, m.agent("sender", agentkit.WithRegistration(false)), 1, 0, 5)
+	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= 5 })
+	if by := h.check(t, 1, 5); by["B"] != 5 {
+		t.Fatalf("handled by instance: %v; want all on B", by)
+	}
 }

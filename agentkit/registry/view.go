@@ -669,6 +669,19 @@ func (r *View) Elder(agent, instance string, since time.Time) (string, bool) {
 	return eldest, eldest != instance
 }
 
+// Holds reports whether the view holds a live record of agent's
+// instance.
+func (r *View) Holds(agent, instance string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.instances[agent][instance]
+	if !ok {
+		return false
+	}
+	_, live := r.live(agent, instance, e, time.Now())
+	return live
+}
+
 // Precedes reports whether in, an instance record that states its
 // start, ranks before instance started at since in its agent's turns:
 // it started earlier, or at the same time with a smaller instance id.
