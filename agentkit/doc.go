@@ -116,7 +116,10 @@
 // version, capabilities, director, status, instances, load) and renews the
 // entry every heartbeat ([WithHeartbeat], default 5s) with a per-key TTL of
 // three heartbeats, so an agent that dies is UNAVAILABLE after three missed
-// beats without deregistering. An agent none of whose instances is left
+// beats without deregistering. The members of a [Group] leave that to
+// their process: it renews one record a heartbeat for all of them
+// ([registry.Host]), so registries watching the bucket receive one message
+// per process rather than per agent. An agent none of whose instances is left
 // reads STOPPED only when the newest of them to go deregistered cleanly,
 // UNAVAILABLE when its record expired (for a week, as long as the bucket
 // keeps the expiry marker): a crashed restart is not hidden by the clean

@@ -41,6 +41,10 @@ import (
 // by its own consumer "<agent>_<priority>", which catches up to the point
 // where the group took over and is then deleted.
 //
+// Members that register leave their liveness to the group: it renews one
+// registry record per heartbeat for all of them ([registry.Host]), and a
+// member renews its own record only every ten heartbeats.
+//
 // The feeds pull only while the members hold fewer than the group's
 // buffer of received messages waiting for a worker ([WithGroupBuffer]):
 // a backlog stays in the stream. Agents of a group share their direct
