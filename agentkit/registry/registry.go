@@ -137,7 +137,7 @@ func Instances(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Inst
 		}
 		if in.Host != "" {
 			var live bool
-			if in, live, err = hostedInstance(ctx, kv, in, e.Created()); err != nil {
+			if in, live, err = hostedInstance(ctx, kvGet(kv), in, e.Created()); err != nil {
 				return nil, err
 			} else if !live {
 				continue
@@ -157,26 +157,41 @@ func Instances(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Inst
 	return out, nil
 }
 
-// hostedInstance reads the host record of in, a hosted instance's record
-// put at put, and returns in with the host's heartbeat applied and whether
-// it is live (see [Host]).
-func hostedInstance(ctx context.Context, kv jetstream.KeyValue, in Instance, put time.Time) (Instance, bool, error) {
+// getFunc reads a key's latest value and when it was put; found is false
+// when the key holds none.
+type getFunc func(ctx context.Context, key string) (value []byte, put time.Time, found bool, err error)
+
+// kvGet is a getFunc reading kv.
+func kvGet(kv jetstream.KeyValue) getFunc {
+	return func(ctx context.Context, key string) ([]byte, time.Time, bool, error) {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, time.Time{}, false, nil
+		}
+		if err != nil {
+			return nil, time.Time{}, false, err
+		}
+		return e.Value(), e.Created(), true, nil
+	}
+}
+
+// hostedInstance reads, with get, the host record of in, a hosted
+// instance's record put at put, and returns in with the host's heartbeat
+// applied and whether it is live (see [Host]).
+func hostedInstance(ctx context.Context, get getFunc, in Instance, put time.Time) (Instance, bool, error) {
 	key, err := subjects.HostKey(in.Host, in.Instance)
 	if err != nil {
 		return in, false, nil // not a host any writer could have put
 	}
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return in, false, nil
-	}
+	v, hostPut, found, err := get(ctx, key)
 	if err != nil {
 		return in, false, fmt.Errorf("registry: %s: %w", key, err)
 	}
 	var h Host
-	if json.Unmarshal(e.Value(), &h) != nil || h.Expired(e.Created(), time.Now()) {
+	if !found || json.Unmarshal(v, &h) != nil || h.Expired(hostPut, time.Now()) {
 		return in, false, nil
 	}
-	in, live := hosted(in, put, h, e.Created())
+	in, live := hosted(in, put, h, hostPut)
 	return in, live, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -693,30 +694,76 @@ func Precedes(in Instance, instance string, since time.Time) bool {
 	return c < 0 || c == 0 && in.Instance < instance
 }
 
-// Live reads agent's instance record from the server rather than the
-// view, which can be seconds behind its watch, and returns it with whether
-// it is live: present, not STOPPED, within its TTL by the server's
-// timestamp of its latest put, and, when hosted, its host's record too.
+// Live reads agent's instance record from the bucket's stream leader
+// rather than the view, which can be seconds behind its watch, and returns
+// it with whether it is live: present, not STOPPED, within its TTL by the
+// server's timestamp of its latest put, and, when hosted, its host's
+// record too. It does not use the bucket's direct gets: any replica
+// answers those, and one that lags (a restarted server catching up)
+// returns an older record.
 func (r *View) Live(ctx context.Context, agent, instance string) (Instance, bool, error) {
 	key, err := subjects.InstanceKey(agent, instance)
 	if err != nil {
 		return Instance{}, false, fmt.Errorf("%w: %w", ErrInvalidID, err)
 	}
-	e, err := r.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Instance{}, false, nil
-	}
+	get := r.leaderGet
+	v, put, found, err := get(ctx, key)
 	if err != nil {
 		return Instance{}, false, fmt.Errorf("registry: %s: %w", key, err)
 	}
 	var in Instance
-	if json.Unmarshal(e.Value(), &in) != nil || in.Status == StatusStopped || in.Expired(e.Created(), time.Now()) {
+	if !found || json.Unmarshal(v, &in) != nil || in.Status == StatusStopped || in.Expired(put, time.Now()) {
 		return in, false, nil
 	}
 	if in.Host == "" {
 		return in, true, nil
 	}
-	return hostedInstance(ctx, r.kv, in, e.Created())
+	return hostedInstance(ctx, get, in, put)
+}
+
+// leaderGet is a getFunc asking the bucket's stream leader for a key's
+// latest value (the stream API's message get, not a direct get).
+func (r *View) leaderGet(ctx context.Context, key string) ([]byte, time.Time, bool, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": subjects.KVSubject(r.bucket, key)})
+	if err != nil {
+		return nil, time.Time{}, false, err
+	}
+	resp, err := r.js.Conn().RequestWithContext(ctx, apiPrefix(r.js)+"STREAM.MSG.GET."+subjects.KVStream(r.bucket), req)
+	if err != nil {
+		return nil, time.Time{}, false, err
+	}
+	var got struct {
+		Message *struct {
+			Data []byte    `json:"data"`
+			Time time.Time `json:"time"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &got); err != nil {
+		return nil, time.Time{}, false, err
+	}
+	switch {
+	case got.Error != nil && got.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, time.Time{}, false, nil
+	case got.Error != nil:
+		return nil, time.Time{}, false, got.Error
+	case got.Message == nil:
+		return nil, time.Time{}, false, errors.New("empty message get response")
+	}
+	// A delete, purge or expiry marker has no value, which no reader
+	// decodes as a record.
+	return got.Message.Data, got.Message.Time, true, nil
+}
+
+// apiPrefix is the subject prefix of js's API requests.
+func apiPrefix(js jetstream.JetStream) string {
+	switch o := js.Options(); {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
 }
 
 // Degraded reports whether the view holds a degraded mark for agent,
