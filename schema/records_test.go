@@ -119,8 +119,10 @@ func TestRegistry_HostRecords(t *testing.T) {
 		"full":           {full, true},
 		"no members":     {registry.Host{Group: "g", Instance: "i", Members: map[string]registry.MemberState{}, LastHeartbeat: at}, true},
 		"group with dot": {with(full, func(h *registry.Host) { h.Group = "a.b" }), false},
-		"member id":      {with(full, func(h *registry.Host) { h.Members = map[string]registry.MemberState{"a.b": {Status: registry.StatusReady}} }), false},
-		"member status":  {with(full, func(h *registry.Host) { h.Members = map[string]registry.MemberState{"a": {Status: "ready"}} }), false},
+		"member id": {with(full, func(h *registry.Host) {
+			h.Members = map[string]registry.MemberState{"a.b": {Status: registry.StatusReady}}
+		}), false},
+		"member status": {with(full, func(h *registry.Host) { h.Members = map[string]registry.MemberState{"a": {Status: "ready"}} }), false},
 	} {
 		data := must(json.Marshal(c.v))
 		if err := validateAt(t, registryID+"#/$defs/host", data); (err == nil) != c.want {
