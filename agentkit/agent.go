@@ -263,6 +263,7 @@ func (a *Agent) start(ctx context.Context) error {
 			follow, a.unfollow = reg.Follow(a.id)
 			a.turns.follow = follow
 			a.turns.renewed(begun)
+			a.turns.awaitCurrent(a.opts.attemptTimeout)
 		}
 		if rec, ok := reg.Get(a.id); ok && rec.Degraded {
 			// A (re)started agent starts with a clean slate.

@@ -32,7 +32,10 @@ import (
 // elder's renewals then stop arriving and the view judges its record
 // expired. So before taking over from an elder that the view no longer
 // shows, an instance reads the elder's key from the server, and stands by
-// while the server still holds it live.
+// while the server still holds it live. And an instance consumes only
+// once its view holds its own record as last renewed: the watch delivers
+// in stream order, so the view then holds every renewal put before it,
+// the elders' too.
 type turns struct {
 	view     *registry.View
 	id       string
@@ -46,6 +49,7 @@ type turns struct {
 	mu      sync.Mutex
 	since   time.Time // this instance's start, as its record states it
 	seen    bool      // the registry held this instance's record since its last renewal or fence
+	current bool      // the view holds this instance's record stating since
 	elder   string    // the instance that consumes instead, if any
 	fenced  bool      // no renewal within grace
 	ours    bool      // this instance consumes
@@ -120,9 +124,10 @@ func (t *turns) check() {
 	if elder == "" && prev != "" && t.serverHolds(prev, since) {
 		elder = prev
 	}
-	own := t.view.Holds(t.id, t.instance)
+	rec, own := t.view.Record(t.id, t.instance)
 	t.update(func() {
 		t.elder = elder
+		t.current = own && rec.Since.Equal(t.since)
 		switch {
 		case own:
 			t.seen = true
@@ -135,6 +140,28 @@ func (t *turns) check() {
 			}
 		}
 	})
+}
+
+// awaitCurrent waits at most d until the view holds this instance's
+// record as last renewed, so that a starting instance's turn is known when
+// its Start returns. Call it before anyone else reads follow.
+func (t *turns) awaitCurrent(d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		t.mu.Lock()
+		current := t.current
+		t.mu.Unlock()
+		if current {
+			return
+		}
+		select {
+		case <-t.follow:
+			t.check()
+		case <-timer.C:
+			return // the heartbeat's checks go on
+		}
+	}
 }
 
 // serverHolds reports whether the server still holds elder's record
@@ -164,7 +191,7 @@ func (t *turns) serverHolds(elder string, since time.Time) bool {
 // settle updates ours and reports whether the instance just stopped
 // consuming. Call it with mu held.
 func (t *turns) settle() bool {
-	ours := !t.fenced && t.elder == "" && !t.closed
+	ours := !t.fenced && t.elder == "" && t.current && !t.closed
 	if ours == t.ours {
 		return false
 	}

@@ -670,17 +670,16 @@ func (r *View) Elder(agent, instance string, since time.Time) (string, bool) {
 	return eldest, eldest != instance
 }
 
-// Holds reports whether the view holds a live record of agent's
-// instance.
-func (r *View) Holds(agent, instance string) bool {
+// Record returns the view's live record of agent's instance, if it holds
+// one.
+func (r *View) Record(agent, instance string) (Instance, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e, ok := r.instances[agent][instance]
 	if !ok {
-		return false
+		return Instance{}, false
 	}
-	_, live := r.live(agent, instance, e, time.Now())
-	return live
+	return r.live(agent, instance, e, time.Now())
 }
 
 // Precedes reports whether in, an instance record that states its
