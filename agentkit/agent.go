@@ -246,7 +246,7 @@ func (a *Agent) start(ctx context.Context) error {
 			}
 		}
 		if !a.opts.concurrentInstances && a.opts.group == nil {
-			a.turns = newTurns(reg, a.id, a.instance, a.opts.heartbeat, a.opts.logger)
+			a.turns = newTurns(reg, a.id, a.instance, a.opts.heartbeat, a.renewTimeout(), a.opts.logger)
 			a.turns.standBy = a.recv.standDown
 		}
 		begun := time.Now()
@@ -740,7 +740,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 	}
 	if a.registry != nil {
 		a.announceMu.Lock()
-		a.announceBestEffort(StatusStopping)
+		a.announceBestEffort(StatusStopping, a.opts.attemptTimeout)
 		a.announceMu.Unlock()
 	}
 	begin()
@@ -767,7 +767,7 @@ func (a *Agent) shutdownFrom(watcher bool, begin func()) {
 		a.opts.group.leave(a.id)
 	}
 	if a.registry != nil {
-		a.announceBestEffort(StatusStopped)
+		a.announceBestEffort(StatusStopped, a.opts.attemptTimeout)
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
 		if err := a.registry.Deregister(ctx, a.id, a.instance); err != nil {
 			a.asyncError(err)
@@ -903,10 +903,16 @@ func (a *Agent) renewEvery() time.Duration {
 	return a.opts.heartbeat
 }
 
-// announceBestEffort announces status, reporting a failure to the error
-// handler; it returns whether the record was written.
-func (a *Agent) announceBestEffort(status AgentStatus) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.attemptTimeout)
+// renewTimeout bounds a heartbeat's renewal when the instances take turns:
+// a renewal that hangs through a registry election is given up within a
+// second and tried again, so the record is renewed soon after the
+// election (see turns).
+func (a *Agent) renewTimeout() time.Duration { return min(a.opts.attemptTimeout, time.Second) }
+
+// announceBestEffort announces status within timeout, reporting a failure
+// to the error handler; it returns whether the record was written.
+func (a *Agent) announceBestEffort(status AgentStatus, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := a.announce(ctx, status); err != nil {
 		a.asyncError(err)
@@ -975,7 +981,11 @@ func (a *Agent) heartbeatLoop() {
 			status = StatusStopping
 		}
 		begun := time.Now()
-		ok := a.announceBestEffort(status)
+		timeout := a.opts.attemptTimeout
+		if a.turns != nil {
+			timeout = a.renewTimeout()
+		}
+		ok := a.announceBestEffort(status, timeout)
 		a.announceMu.Unlock()
 		if a.turns != nil {
 			if ok {

@@ -21,11 +21,13 @@ import (
 // An instance consumes only while its own record is fresh: once two
 // heartbeat intervals pass without a renewal, it stops fetching (it is
 // fenced), a heartbeat before the others, which judge its record by its
-// TTL of three, can take it for gone. A fenced instance renews its record
-// with a new start: it comes back as the youngest, behind any instance
-// that took over meanwhile (its old record may have expired by then). An
-// instance whose own record the registry dropped (it expired, say, just
-// as the renewal landed) counts as fenced too, and renews at once.
+// TTL of three, can take it for gone. A fenced instance whose record may
+// have expired before its next renewal lands renews it with a new start:
+// it comes back as the youngest, behind any instance that took over
+// meanwhile. One whose renewal lands within the TTL keeps its start (no
+// other instance can have taken over), so a registry election shorter
+// than the TTL hands nothing over. An instance whose own record the
+// registry dropped counts as fenced too, and renews at once.
 //
 // A registry view is a cache behind a watch, and a watch can fall
 // seconds behind (after a server is lost, until the client notices): the
@@ -41,6 +43,8 @@ type turns struct {
 	id       string
 	instance string
 	grace    time.Duration // how long after a renewal this instance may consume
+	ttl      time.Duration // how long its record lives without a renewal
+	land     time.Duration // how long a renewal takes at most to land
 	logger   *slog.Logger
 	standBy  func()          // stops the readers' fetching; called without mu
 	follow   <-chan struct{} // signals a change of the agent's records (see registry.View.Follow)
@@ -48,6 +52,8 @@ type turns struct {
 
 	mu      sync.Mutex
 	since   time.Time // this instance's start, as its record states it
+	lastOK  time.Time // when the latest successful renewal began
+	rejoin  bool      // the server dropped this instance's record: the next renewal states a new start
 	seen    bool      // the registry held this instance's record since its last renewal or fence
 	current bool      // the view holds this instance's record stating since
 	elder   string    // the instance that consumes instead, if any
@@ -62,18 +68,21 @@ type turns struct {
 // errStandingBy: a reader may not fetch while another instance consumes.
 var errStandingBy = errors.New("agentkit: another instance consumes")
 
-func newTurns(view *registry.View, id, instance string, heartbeat time.Duration, logger *slog.Logger) *turns {
-	return &turns{view: view, id: id, instance: instance, grace: 2 * heartbeat, logger: logger,
+// newTurns returns the turns of an instance renewing its record every
+// heartbeat, each renewal landing within land or failing.
+func newTurns(view *registry.View, id, instance string, heartbeat, land time.Duration, logger *slog.Logger) *turns {
+	return &turns{view: view, id: id, instance: instance, grace: 2 * heartbeat, ttl: 3 * heartbeat, land: land, logger: logger,
 		fenced: true, wake: make(chan struct{}), standBy: func() {}, renew: make(chan struct{}, 1)}
 }
 
-// start returns the start the instance's next renewal states: a new one
-// while it is fenced (as it is before its first renewal).
+// start returns the start the instance's next renewal, begun now,
+// states: a new one while it is fenced (as it is before its first
+// renewal) and its record may have expired by the time the renewal lands.
 func (t *turns) start() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.fenced {
-		t.since = time.Now().UTC()
+	if t.fenced && (t.rejoin || t.lastOK.IsZero() || time.Since(t.lastOK) >= t.ttl-t.land) {
+		t.since, t.rejoin = time.Now().UTC(), false
 	}
 	return t.since
 }
@@ -86,6 +95,7 @@ func (t *turns) renewed(at time.Time) {
 		t.mu.Unlock()
 		return
 	}
+	t.lastOK = at
 	left := t.grace - time.Since(at)
 	if t.fence == nil {
 		t.fence = time.AfterFunc(left, t.expire)
@@ -125,14 +135,25 @@ func (t *turns) check() {
 		elder = prev
 	}
 	rec, own := t.view.Record(t.id, t.instance)
+	t.mu.Lock()
+	lost := !own && t.seen
+	t.mu.Unlock()
+	if lost {
+		// Gone from the view: from the server too (a renewal that landed
+		// as the record expired vanishes with it), or is the view behind?
+		ctx, cancel := context.WithTimeout(context.Background(), t.land)
+		_, live, err := t.view.Live(ctx, t.id, t.instance)
+		cancel()
+		lost = err == nil && !live
+	}
 	t.update(func() {
 		t.elder = elder
 		t.current = own && rec.Since.Equal(t.since)
 		switch {
 		case own:
 			t.seen = true
-		case t.seen:
-			t.seen, t.fenced = false, true
+		case lost:
+			t.seen, t.fenced, t.rejoin = false, true, true
 			t.logger.Warn("the registry dropped this instance's record: renewing it as the youngest", "agent", t.id, "instance", t.instance)
 			select {
 			case t.renew <- struct{}{}:
