@@ -452,6 +452,12 @@ func TestProcessCluster_TwoInstancesDuplicates(t *testing.T) {
 	}
 	t.Logf("before the runs: %s", consuming("the instances to settle their turns"))
 	flushTurns("before the runs")
+	defer func() {
+		if t.Failed() { // a run that stops early has not logged its turns yet
+			flushTurns("at the failure")
+			t.Logf("at the failure: consuming: instance 0 %v, instance 1 %v", instances[0].Consuming(), instances[1].Consuming())
+		}
+	}()
 	lastReport := time.Now()
 
 	var totalSame, totalCross, totalSent, totalFailed, totalOutOfOrder, totalLate int
