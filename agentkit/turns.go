@@ -50,6 +50,10 @@ type turns struct {
 	follow   <-chan struct{} // signals a change of the agent's records (see registry.View.Follow)
 	renew    chan struct{}   // asks the heartbeat for a renewal now
 
+	// checking serialises check, which the heartbeat, the recheck timer
+	// and a renewal run: an older reading must not land after a newer.
+	checking sync.Mutex
+
 	mu      sync.Mutex
 	since   time.Time // this instance's start, as its record states it
 	lastOK  time.Time // when the latest successful renewal began
@@ -124,6 +128,8 @@ func (t *turns) update(change func()) {
 
 // check reads the registry for an elder instance.
 func (t *turns) check() {
+	t.checking.Lock()
+	defer t.checking.Unlock()
 	t.mu.Lock()
 	since, prev := t.since, t.elder
 	t.mu.Unlock()
@@ -224,8 +230,10 @@ func (t *turns) settle() bool {
 		return false
 	case t.fenced && !t.closed:
 		t.logger.Warn("instance stands by: its registry record went unrenewed", "agent", t.id, "instance", t.instance, "for", t.grace)
-	case !t.closed:
+	case t.elder != "" && !t.closed:
 		t.logger.Info("instance stands by: an elder instance consumes", "agent", t.id, "instance", t.instance, "elder", t.elder)
+	case !t.closed:
+		t.logger.Info("instance stands by until its registry view holds its latest renewal", "agent", t.id, "instance", t.instance)
 	}
 	t.wake = make(chan struct{})
 	return true
