@@ -174,14 +174,21 @@ func testTakeoverWaits(t *testing.T, restart bool) {
 	case <-ctx.Done():
 		t.Fatal("the first NAK never reached the first instance")
 	}
+	// The NAK may first arrive on core NATS (the direct intake); the
+	// crash must come once the events consumer has delivered its stream
+	// copy too, which the holding store keeps unacked.
+	events, err := m.jetstream().Consumer(ctx, subjects.Default.EventsStream(), "ackmonitor_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the first instance holding the NAK's stream copy", func() bool {
+		info, err := events.Info(ctx)
+		return err == nil && info.NumAckPending > 0
+	})
 	a.nc.Close() // a crash as the server sees it, with the NAK fetched and never acked
 	close(holder.release)
 	a.stop()
 	if restart {
-		events, err := m.jetstream().Consumer(ctx, subjects.Default.EventsStream(), "ackmonitor_events")
-		if err != nil {
-			t.Fatal(err)
-		}
 		eventually(t, 20*time.Second, "the dead instance's pin expired", func() bool {
 			info, err := events.Info(ctx)
 			return err == nil && len(info.PriorityGroups) == 1 && info.PriorityGroups[0].PinnedClientID == "" && info.NumAckPending > 0
