@@ -131,10 +131,13 @@ func TestIntake_LockedLedgerTerminatesNothing(t *testing.T) {
 	q := u.Query()
 	q.Set("lock_timeout", "100")
 	u.RawQuery = q.Encode()
-	st, err := store.OpenPostgres(context.Background(), u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Opening migrates under a database-wide advisory lock, which other
+	// tests' stores (in any schema) may hold for longer than 100ms.
+	var st store.Store
+	eventually(t, 30*time.Second, "the store opened past other tests' migrations", func() bool {
+		st, err = store.OpenPostgres(context.Background(), u.String())
+		return err == nil
+	})
 	t.Cleanup(func() { st.Close() })
 	ctx := testCtx(t)
 	var failures atomic.Int64
