@@ -158,8 +158,7 @@ func TestCompose_LoadsAndReferencesExist(t *testing.T) {
 func TestNATSConfigs_FormCluster(t *testing.T) {
 	t.Parallel()
 	const n = 3
-	ports := natstest.ReservePorts(t, n)
-	var all []*server.Options
+	var parsed []*server.Options
 	for i := 1; i <= n; i++ {
 		path := filepath.Join(root, "deploy", "nats", fmt.Sprintf("nats-%d.conf", i))
 		o, err := server.ProcessConfigFile(path)
@@ -184,18 +183,25 @@ func TestNATSConfigs_FormCluster(t *testing.T) {
 				t.Errorf("%s: route %s is not nats-<1..3>:6222", path, r)
 			}
 		}
-		// Remap to this machine.
-		o.Host, o.Port, o.HTTPPort = "127.0.0.1", -1, 0
-		o.Cluster.Host, o.Cluster.Port = "127.0.0.1", ports[i-1]
-		o.Routes = natstest.RoutesTo(ports)
-		o.StoreDir = t.TempDir()
-		o.NoLog, o.NoSigs = true, true
-		all = append(all, o)
+		parsed = append(parsed, o)
 	}
 	if t.Failed() {
 		return
 	}
-	c := natstest.StartCluster(t, all)
+	c := natstest.StartCluster(t, n, func(ports []int) []*server.Options {
+		// Remap to this machine.
+		all := make([]*server.Options, n)
+		for i, p := range parsed {
+			o := p.Clone()
+			o.Host, o.Port, o.HTTPPort = "127.0.0.1", -1, 0
+			o.Cluster.Host, o.Cluster.Port = "127.0.0.1", ports[i]
+			o.Routes = natstest.RoutesTo(ports)
+			o.StoreDir = t.TempDir()
+			o.NoLog, o.NoSigs = true, true
+			all[i] = o
+		}
+		return all
+	})
 	js, _ := jetstream.New(c.Connect(t))
 	natstest.WaitFor(t, 20*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -31,32 +32,64 @@ type Cluster struct {
 // for its meta leader and shuts every node down when the test ends.
 func RunCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 	tb.Helper()
-	ports := ReservePorts(tb, n)
-	all := make([]*server.Options, n)
-	for i := range n {
-		o := nodeOptions(tb, fmt.Sprintf("S-%d", i+1))
-		o.Cluster = server.ClusterOpts{Name: "MESH", Host: "127.0.0.1", Port: ports[i]}
-		o.Routes = RoutesTo(ports)
-		for _, opt := range opts {
-			opt(o)
+	return StartCluster(tb, n, func(ports []int) []*server.Options {
+		all := make([]*server.Options, n)
+		for i := range n {
+			o := nodeOptions(tb, fmt.Sprintf("S-%d", i+1))
+			o.Cluster = server.ClusterOpts{Name: "MESH", Host: "127.0.0.1", Port: ports[i]}
+			o.Routes = RoutesTo(ports)
+			for _, opt := range opts {
+				opt(o)
+			}
+			all[i] = o
 		}
-		all[i] = o
-	}
-	return StartCluster(tb, all)
+		return all
+	})
 }
 
-// StartCluster starts one server per options (already set up as a
-// cluster: fixed cluster ports and routes to every node), waits for the
-// meta leader and registers the shutdowns on tb.
-func StartCluster(tb testing.TB, opts []*server.Options) *Cluster {
+// StartCluster reserves n cluster ports, asks build for the nodes'
+// options on them (fixed cluster ports and routes to every node), starts
+// the nodes, waits for the meta leader and registers the shutdowns on tb.
+// A port taken between its reservation and the start is not the test's
+// fault, so the cluster starts again on fresh ports, up to three times.
+func StartCluster(tb testing.TB, n int, build func(ports []int) []*server.Options) *Cluster {
 	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(build(ReservePorts(tb, n)))
+		if err == nil {
+			tb.Cleanup(c.shutdown)
+			c.WaitForMetaLeader(tb, 20*time.Second)
+			return c
+		}
+		if !errors.Is(err, ErrPortTaken) || attempt == 3 {
+			tb.Fatalf("natstest: start cluster: %v", err)
+		}
+		tb.Logf("natstest: start cluster: %v; starting again on other ports", err)
+	}
+}
+
+// startCluster starts a server per options, shutting down those it
+// started if one fails.
+func startCluster(opts []*server.Options) (*Cluster, error) {
 	c := &Cluster{}
 	for _, o := range opts {
+		s, err := start(o)
+		if err != nil {
+			c.shutdown()
+			return nil, err
+		}
 		c.Opts = append(c.Opts, o)
-		c.Servers = append(c.Servers, Start(tb, o))
+		c.Servers = append(c.Servers, s)
 	}
-	c.WaitForMetaLeader(tb, 20*time.Second)
-	return c
+	return c, nil
+}
+
+// shutdown stops every node and waits until each has stopped.
+func (c *Cluster) shutdown() {
+	for _, s := range c.Servers {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
 }
 
 // RoutesTo returns route URLs to every port on 127.0.0.1.

@@ -3,9 +3,11 @@ package natstest_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/internal/natstest"
@@ -60,4 +62,42 @@ func TestCluster_FailoverAndCatchUp(t *testing.T) {
 	})
 	c.Restart(t, leader)
 	c.WaitStreamCurrent(t, js, "T", 30*time.Second)
+}
+
+// TestStartCluster_StartsAgainWhenAPortIsTaken takes the first node's
+// cluster port between its reservation and the start, as a parallel
+// test could, and checks that the cluster starts on fresh ports.
+func TestStartCluster_StartsAgainWhenAPortIsTaken(t *testing.T) {
+	builds := 0
+	c := natstest.StartCluster(t, 3, func(ports []int) []*server.Options {
+		builds++
+		if builds == 1 {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ports[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+		}
+		all := make([]*server.Options, len(ports))
+		for i := range ports {
+			all[i] = &server.Options{
+				ServerName: fmt.Sprintf("S-%d", i+1),
+				Host:       "127.0.0.1",
+				Port:       -1,
+				JetStream:  true,
+				StoreDir:   t.TempDir(),
+				NoLog:      true,
+				NoSigs:     true,
+				Cluster:    server.ClusterOpts{Name: "MESH", Host: "127.0.0.1", Port: ports[i]},
+				Routes:     natstest.RoutesTo(ports),
+			}
+		}
+		return all
+	})
+	if builds != 2 {
+		t.Fatalf("built the cluster %d times, want 2", builds)
+	}
+	if len(c.Servers) != 3 {
+		t.Fatalf("%d servers", len(c.Servers))
+	}
 }

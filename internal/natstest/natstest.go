@@ -4,6 +4,9 @@
 package natstest
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,17 +44,19 @@ func RunServer(tb testing.TB, opts ...Option) *server.Server {
 	return Start(tb, o)
 }
 
+// startTimeout bounds how long a server may take to listen.
+const startTimeout = 30 * time.Second
+
+// ErrPortTaken reports that a server could not listen on a port it was
+// given: another process took it after [ReservePorts] released it.
+var ErrPortTaken = errors.New("natstest: port taken")
+
 // Start starts a server with o and registers its shutdown on tb.
 func Start(tb testing.TB, o *server.Options) *server.Server {
 	tb.Helper()
-	s, err := server.NewServer(o)
+	s, err := start(o)
 	if err != nil {
-		tb.Fatalf("natstest: new server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		tb.Fatalf("natstest: server not ready for connections")
+		tb.Fatalf("natstest: %v", err)
 	}
 	tb.Cleanup(func() {
 		s.Shutdown()
@@ -59,6 +64,56 @@ func Start(tb testing.TB, o *server.Options) *server.Server {
 	})
 	return s
 }
+
+// start starts a server with o and waits until it listens. A server that
+// cannot listen logs a fatal line and would never become ready, so start
+// watches the log and returns that line (as [ErrPortTaken] when the
+// address was in use) instead of waiting out the timeout.
+func start(o *server.Options) (*server.Server, error) {
+	s, err := server.NewServer(o)
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	fatal := &fatalLog{lines: make(chan string, 1)}
+	s.SetLogger(fatal, false, false)
+	go s.Start()
+	deadline := time.Now().Add(startTimeout)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case line := <-fatal.lines:
+			s.Shutdown()
+			s.WaitForShutdown()
+			if strings.Contains(line, "address already in use") {
+				return nil, fmt.Errorf("%w: %s: %s", ErrPortTaken, o.ServerName, line)
+			}
+			return nil, fmt.Errorf("%s: %s", o.ServerName, line)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			s.WaitForShutdown()
+			return nil, fmt.Errorf("%s: not ready for connections after %v", o.ServerName, startTimeout)
+		}
+	}
+	return s, nil
+}
+
+// fatalLog is a server logger that keeps the first fatal line and
+// discards the rest, as NoLog would.
+type fatalLog struct{ lines chan string }
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	select {
+	case l.lines <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+func (*fatalLog) Noticef(string, ...any) {}
+func (*fatalLog) Warnf(string, ...any)   {}
+func (*fatalLog) Errorf(string, ...any)  {}
+func (*fatalLog) Debugf(string, ...any)  {}
+func (*fatalLog) Tracef(string, ...any)  {}
 
 // Connect connects to s and closes the connection when the test ends.
 func Connect(tb testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
