@@ -26,8 +26,10 @@ func (a *app) benchCmd() *cobra.Command {
 		Long: `bench runs the same workloads with raw nats.go (PublishAsync → Consume → Ack;
 raw-mesh: the same on agentkit's stream and consumer configuration, the broker's
 share of agentkit's cost) and agentkit (SendBatch of 256, and Send from 64
-goroutines) on one embedded NATS server in one process (or --external: the
-configured server), and prints msg/s, the ratio to raw and latency percentiles.
+goroutines; agentkit-group-batch and agentkit-group: the same with the receivers
+hosted as one process would, in one Group on one connection) on one embedded
+NATS server in one process (or --external: the configured server), and prints
+msg/s, the ratio to raw and latency percentiles.
 The comparison with Watermill runs from the source tree's tests, so this binary
 does not link it (see the README's Performance section).
 
@@ -48,8 +50,9 @@ few seconds otherwise (--quiet: none).
 heartbeats and handlers, on --scale-runtimes connections (agent i on connection
 i mod runtimes, as that many processes would hold them; the agents of one
 connection share its group's five consumers, or read five each with
---scale-per-agent), declaring no fan-out action, and one driver agent on its own. For each N it reports the time to start all N (8 at a time); the
-process's CPU (in percent of one core) over --scale-idle of idleness and its RSS
+--scale-per-agent), declaring no fan-out action, and one driver agent on its
+own. For each N it reports the time to start all N (8 at a time); the process's
+CPU (in percent of one core) over --scale-idle of idleness and its RSS
 (server and agents: the embedded server runs in this process; Linux only, n/a
 elsewhere); the consumers on the message stream and the registry bucket's stream
 and the registry's keys; the msg/s of a burst of --messages sent with SendBatch

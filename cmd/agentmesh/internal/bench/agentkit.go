@@ -16,10 +16,12 @@ import (
 	"github.com/agentmesh-io/agentmesh/subjects"
 )
 
-// akMesh is a run's agents: receivers (started) and one sender.
+// akMesh is a run's agents: receivers (started) and one sender, and the
+// receivers' group if they share one.
 type akMesh struct {
 	scheme subjects.Scheme
 	agents []*agentkit.Agent
+	group  *agentkit.Group
 	close  func()
 }
 
@@ -32,8 +34,8 @@ type akMesh struct {
 // measurement (raw and Watermill carry nothing like it); on a busy machine
 // it stretches the 100-agents setup without bound. Unregistered agents also
 // leave no registry bucket behind on an --external server.
-func (k *akMesh) newAgent(nc *nats.Conn, id string) (*agentkit.Agent, error) {
-	a, err := agentkit.New(nc, id, agentkit.WithScheme(k.scheme), agentkit.WithRegistration(false))
+func (k *akMesh) newAgent(nc *nats.Conn, id string, opts ...agentkit.Option) (*agentkit.Agent, error) {
+	a, err := agentkit.New(nc, id, append([]agentkit.Option{agentkit.WithScheme(k.scheme), agentkit.WithRegistration(false)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -44,6 +46,9 @@ func (k *akMesh) newAgent(nc *nats.Conn, id string) (*agentkit.Agent, error) {
 func (k *akMesh) stop() {
 	for _, a := range k.agents {
 		a.Stop()
+	}
+	if k.group != nil {
+		k.group.Close() // after its agents: their inboxes are theirs to give back
 	}
 	k.close()
 }
@@ -74,17 +79,31 @@ func newAkMesh(ctx context.Context, env *runEnv, n int) (*akMesh, []*nats.Conn, 
 	return k, cs, nil
 }
 
-func agentkitThroughput(ctx context.Context, env *runEnv, receivers int, batch bool) (*measurement, error) {
-	k, cs, err := newAkMesh(ctx, env, receivers+1)
+// agentkitThroughput sends the run's messages round robin to receivers
+// agents, each on its own connection, or with group all in one
+// agentkit.Group on one connection, as one process hosting them would.
+func agentkitThroughput(ctx context.Context, env *runEnv, receivers int, batch, group bool) (*measurement, error) {
+	conns := receivers + 1
+	if group {
+		conns = 2
+	}
+	k, cs, err := newAkMesh(ctx, env, conns)
 	if err != nil {
 		return nil, err
 	}
 	defer k.stop()
+	var opts []agentkit.Option
+	if group {
+		if k.group, err = agentkit.NewGroup(cs[1], env.id, agentkit.WithGroupScheme(k.scheme)); err != nil {
+			return nil, err
+		}
+		opts = append(opts, agentkit.WithGroup(k.group), agentkit.WithFanoutActions())
+	}
 	m := newMeasurement(env.cfg.Messages)
 	ids := make([]string, receivers)
 	for i := range receivers {
 		ids[i] = fmt.Sprintf("r%d", i)
-		a, err := k.newAgent(cs[i+1], ids[i])
+		a, err := k.newAgent(cs[min(i+1, conns-1)], ids[i], opts...)
 		if err != nil {
 			return nil, err
 		}

@@ -60,10 +60,15 @@ const (
 	ImplRawMesh       = "raw-mesh"
 	ImplAgentkitBatch = "agentkit-batch"
 	ImplAgentkit      = "agentkit"
+	// The group implementations host the receivers as one process
+	// would: in one agentkit.Group on one connection, sharing its five
+	// consumers, each declaring no fan-out action.
+	ImplGroupBatch = "agentkit-group-batch"
+	ImplGroup      = "agentkit-group"
 )
 
 // Impls lists every implementation in table order.
-var Impls = []string{ImplRaw, ImplRawMesh, ImplAgentkitBatch, ImplAgentkit}
+var Impls = []string{ImplRaw, ImplRawMesh, ImplAgentkitBatch, ImplAgentkit, ImplGroupBatch, ImplGroup}
 
 // Config configures a benchmark run.
 type Config struct {
@@ -287,6 +292,9 @@ func skip(sc, impl string) string {
 	if impl == ImplAgentkitBatch && (sc == ScenarioRequest || sc == ScenarioBacklog) {
 		return "same as agentkit (requests are individual; the backlog is always sent with SendBatch)"
 	}
+	if (impl == ImplGroupBatch || impl == ImplGroup) && (sc == Scenario1Agent || sc == ScenarioRequest || sc == ScenarioBacklog) {
+		return "one receiving agent: a group would read the same consumers"
+	}
 	return ""
 }
 
@@ -316,8 +324,10 @@ func runOne(ctx context.Context, env *runEnv, sc, impl string) (*measurement, er
 		case ScenarioBacklog:
 			return agentkitBacklog(ctx, env)
 		default:
-			return agentkitThroughput(ctx, env, agents[sc], impl == ImplAgentkitBatch)
+			return agentkitThroughput(ctx, env, agents[sc], impl == ImplAgentkitBatch, false)
 		}
+	case ImplGroup, ImplGroupBatch:
+		return agentkitThroughput(ctx, env, agents[sc], impl == ImplGroupBatch, true)
 	}
 	for _, o := range env.cfg.others {
 		if o.name == impl {
