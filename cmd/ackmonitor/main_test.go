@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
-	"net/http"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -25,13 +27,11 @@ import (
 // down cleanly on SIGINT.
 func TestRun_FlagsServeAndSignal(t *testing.T) {
 	s := natstest.RunServer(t)
-	addr := freeAddr(t)
 	data := filepath.Join(t.TempDir(), "not", "yet") // -data is a directory, created if needed
 	t.Setenv("AGENTMESH_NATS_URLS", s.ClientURL())
-	done := make(chan error, 1)
-	go func() {
-		done <- run([]string{"-data", data, "-http", addr, "-log-level", "error", "-pinned-ttl", "1s"})
-	}()
+	addr, done := serve(t, func(addr string) []string {
+		return []string{"-data", data, "-http", addr, "-log-level", "error", "-pinned-ttl", "1s"}
+	}, os.Stderr)
 	health := waitHealthy(t, addr, done)
 	if health["status"] != "ok" || health["monitor"] != "ackmonitor" {
 		t.Fatalf("healthz = %v", health)
@@ -51,6 +51,46 @@ func TestRun_BadFlags(t *testing.T) {
 	}
 }
 
+// serve runs the monitor with args(addr), logging to stderr, on an HTTP
+// address of its own, and returns the address once /healthz answers, with
+// the channel run's outcome arrives on. freeAddr closes the port it found
+// before run listens on it, so another process may take it meanwhile: run
+// then fails with EADDRINUSE, and serve tries another address.
+func serve(t *testing.T, args func(addr string) []string, stderr io.Writer) (string, <-chan error) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		addr := freeAddr(t)
+		done := make(chan error, 1)
+		go func() { done <- runTo(args(addr), io.Discard, stderr) }()
+		err := awaitHealthz(addr, done)
+		if err == nil {
+			return addr, done
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
+			t.Fatalf("monitor on %s: %v", addr, err)
+		}
+		t.Logf("monitor on %s: %v; trying another address", addr, err)
+	}
+}
+
+// awaitHealthz polls /healthz on addr until it answers; it returns why
+// not if run returns first (on done) or 30 seconds pass.
+func awaitHealthz(addr string, done <-chan error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for getHealth(addr) == nil {
+		select {
+		case err := <-done:
+			return fmt.Errorf("run returned before serving: %w", cmp.Or(err, errors.New("no error")))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("healthz never answered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
 // freeAddr returns a free 127.0.0.1 address.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -68,14 +108,8 @@ func waitHealthy(t *testing.T, addr string, done <-chan error) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var health map[string]any
-		res, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			err = json.NewDecoder(res.Body).Decode(&health)
-			res.Body.Close()
-			if err == nil && health["ready"] == true {
-				return health
-			}
+		if health := getHealth(addr); health["ready"] == true {
+			return health
 		}
 		select {
 		case err := <-done:
@@ -83,7 +117,7 @@ func waitHealthy(t *testing.T, addr string, done <-chan error) map[string]any {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("healthz never answered: %v", err)
+			t.Fatalf("healthz at %s never said ready", addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -132,12 +166,11 @@ func TestRun_GeneratedCredentials(t *testing.T) {
 	if err := auth.Provision(ctx, js, subjects.Default, b.Specs(), auth.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	done := make(chan error, 1)
-	go func() {
-		done <- run([]string{"-nats", s.ClientURL(), "-creds", filepath.Join(dir, "ackmonitor.nk"),
-			"-data", t.TempDir(), "-http", addr, "-log-level", "error"})
-	}()
+	data := t.TempDir()
+	addr, done := serve(t, func(addr string) []string {
+		return []string{"-nats", s.ClientURL(), "-creds", filepath.Join(dir, "ackmonitor.nk"),
+			"-data", data, "-http", addr, "-log-level", "error"}
+	}, os.Stderr)
 	waitHealthy(t, addr, done)
 	stop(t, done)
 }

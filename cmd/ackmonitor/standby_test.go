@@ -20,9 +20,7 @@ func TestRun_StandbyOnSQLiteWarns(t *testing.T) {
 	args := func(addr string) []string {
 		return []string{"--data", filepath.Join(t.TempDir(), "d"), "--http", addr, "--log-level", "warn", "--pinned-ttl", "1s"}
 	}
-	addr1 := freeAddr(t)
-	done1 := make(chan error, 1)
-	go func() { done1 <- runTo(args(addr1), io.Discard, io.Discard) }()
+	addr1, done1 := serve(t, args, io.Discard)
 	waitHealthy(t, addr1, done1)
 	natstest.WaitFor(t, 15*time.Second, func() error { // the first one is active
 		if h := getHealth(addr1); h["active"] != true {
@@ -31,9 +29,7 @@ func TestRun_StandbyOnSQLiteWarns(t *testing.T) {
 		return nil
 	})
 	var log2 natstest.SyncBuffer
-	addr2 := freeAddr(t)
-	done2 := make(chan error, 1)
-	go func() { done2 <- runTo(args(addr2), io.Discard, &log2) }()
+	_, done2 := serve(t, args, &log2)
 	natstest.WaitFor(t, 15*time.Second, func() error {
 		if !strings.Contains(log2.String(), "standby on a SQLite ledger") {
 			return errMsg("no standby warning yet: " + log2.String())
@@ -58,9 +54,13 @@ type errMsg string
 
 func (e errMsg) Error() string { return string(e) }
 
+// healthClient gives up on an address that accepts but does not answer
+// (another process's, which took a port freeAddr let go).
+var healthClient = &http.Client{Timeout: 2 * time.Second}
+
 // getHealth returns the /healthz answer at addr, or nil.
 func getHealth(addr string) map[string]any {
-	res, err := http.Get("http://" + addr + "/healthz")
+	res, err := healthClient.Get("http://" + addr + "/healthz")
 	if err != nil {
 		return nil
 	}
