@@ -22,10 +22,14 @@ import (
 // ledger has the evidence store.LateAckRule asks for (a late ack takes at
 // most half the fastest first-delivery ack). A loaded machine running
 // this race-instrumented process, two whole test suites at once, stalled
-// that ack for up to about 220 milliseconds. It stays below the progress
-// interval (a quarter of the ack timeout), so its ack times are its own,
-// not the time since its last InProgress.
-const lateAckHandlerTime = 600 * time.Millisecond
+// that ack for up to about half a second. It stays well below the
+// progress interval (a quarter of lateAckTimeout), so its ack times are
+// its own, not the time since its last InProgress.
+const lateAckHandlerTime = 2 * time.Second
+
+// lateAckTimeout is the worker's ack timeout: what a lost ack or a crash
+// costs before the redelivery.
+const lateAckTimeout = 16 * time.Second
 
 // A handled message whose ack is lost is redelivered and acked by
 // agentkit as a duplicate: the ledger counts a late ack, not a timeout.
@@ -42,7 +46,7 @@ func TestLateAck_LostAckIsNoTimeout(t *testing.T) {
 	// Ack timeouts short enough that redeliveries come soon, long enough
 	// that no handler here needs an InProgress; a processing limit longer
 	// than any handler.
-	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{4 * time.Second}, MaxDeliver: 3, ProcessingLimit: time.Minute,
+	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{lateAckTimeout}, MaxDeliver: 3, ProcessingLimit: time.Minute,
 		Prefetch: 1, MaxAckPending: 100}
 	release, stalling := make(chan struct{}), make(chan struct{}, 1)
 	handlers := map[string]agentkit.HandlerFunc{
@@ -105,7 +109,7 @@ func TestLateAck_LostAckIsNoTimeout(t *testing.T) {
 	lose.Store(false)
 	lost := store.Key{StreamSeq: lostSeq.Load(), Consumer: "worker_normal"}
 	var r store.Record
-	eventually(t, 30*time.Second, "the redelivery acked", func() bool {
+	eventually(t, lateAckTimeout+30*time.Second, "the redelivery acked", func() bool {
 		var err error
 		r, err = st.Get(ctx, lost)
 		return err == nil && r.Final()
@@ -126,7 +130,7 @@ func TestLateAck_LostAckIsNoTimeout(t *testing.T) {
 	}
 	nc.Close()
 	startWorker(t, m.conn(), handlers, pol)
-	eventually(t, 30*time.Second, "the stalled message acked", func() bool {
+	eventually(t, lateAckTimeout+30*time.Second, "the stalled message acked", func() bool {
 		rows, err := st.Messages(ctx, store.Query{Receiver: "worker", Status: store.StatusACK, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
