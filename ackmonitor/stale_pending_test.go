@@ -72,37 +72,48 @@ func TestStalePendingGauge_ActiveInstanceCounts(t *testing.T) {
 	cfg := haConfig(st)
 	cfg.StalePendingAfter = time.Hour
 	a, b := startMonitor(t, m.s, cfg), startMonitor(t, m.s, cfg)
-	eventually(t, 20*time.Second, "an active instance", func() bool { return a.Active() || b.Active() })
-	first, second := a, b
-	if b.Active() {
-		first, second = b, a
-	}
-	var gotFirst, gotSecond string
+	var active, standby *running
+	var gotActive, gotStandby string
 	defer func() {
 		if t.Failed() {
-			t.Logf("last ackmonitor_stale_pending_rows reads: first %s, second %s", gotFirst, gotSecond)
+			t.Logf("last ackmonitor_stale_pending_rows reads: active %s, standby %s", gotActive, gotStandby)
 		}
 	}()
-	reads := func(wantFirst, wantSecond string) func() bool {
+	// reads reports whether the active instance reports wantActive and
+	// the other wantStandby. Which is active is read at each poll: on a
+	// loaded machine the one-second pin may pass from one to the other.
+	reads := func(wantActive, wantStandby string) func() bool {
 		return func() bool {
-			gotFirst, gotSecond = staleGauge(t, first.Monitor), staleGauge(t, second.Monitor)
-			return gotFirst == wantFirst && gotSecond == wantSecond
+			switch {
+			case a.Active() && !b.Active():
+				active, standby = a, b
+			case b.Active() && !a.Active():
+				active, standby = b, a
+			default:
+				return false
+			}
+			gotActive, gotStandby = staleGauge(t, active.Monitor), staleGauge(t, standby.Monitor)
+			return gotActive == wantActive && gotStandby == wantStandby
 		}
 	}
-	eventually(t, 10*time.Second, "2 stale rows reported by the active instance only", reads("2", "none"))
+	eventually(t, 30*time.Second, "2 stale rows reported by the active instance only", reads("2", "none"))
 
 	if _, err := st.Apply(ctx, store.Batch{Events: []store.Event{{ID: "late-ack", Kind: store.EventAck,
 		Consumer: "gone_normal", Receiver: "gone", Priority: "normal", StreamSeq: 2000, Deliveries: 1,
 		At: time.Now().UTC()}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "1 stale row once the other is acked", reads("1", "none"))
+	eventually(t, 30*time.Second, "1 stale row once the other is acked", reads("1", "none"))
 
-	// The first instance loses the server but keeps running: it steps
-	// down, and the second takes over once the pin expires.
+	// The active instance loses the server but keeps running: it steps
+	// down, and the other takes over once the pin expires.
+	first, second := active, standby
 	first.nc.Close()
 	eventually(t, 20*time.Second, "the takeover", func() bool { return !first.Active() && second.Active() })
-	eventually(t, 10*time.Second, "the stale row reported by the new active instance only", reads("none", "1"))
+	eventually(t, 10*time.Second, "the stale row reported by the new active instance only", reads("1", "none"))
+	if active != second {
+		t.Fatal("the instance that lost the server reports as the active one")
+	}
 }
 
 // stalePendingLedger writes four direct messages: 2000 and 2001 to "gone"
