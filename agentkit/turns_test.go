@@ -240,9 +240,31 @@ func TestTurns_DroppedRecordRejoinsAsYoungest(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the younger consumes, the elder stands by", func() bool { return b.Consuming() && !a.Consuming() })
-	sendTasks(t, m.agent("sender", agentkit.WithRegistration(false)), 1, 0, 5)
-	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= 5 })
-	if by := h.check(t, 1, 5); by["B"] != 5 {
-		t.Fatalf("handled by instance: %v; want all on B", by)
+	// Until both saw the dropped record, both consumed (the registry
+	// failed them), and the elder's last pull may still bring it a
+	// message of the first round: only the second, sent once the first
+	// is handled, must all go to the younger.
+	sender := m.agent("sender", agentkit.WithRegistration(false))
+	sendTasks(t, sender, 1, 0, 5)
+	eventually(t, 10*time.Second, "the first round handled", func() bool { return h.count() >= 5 })
+	sendTasks(t, sender, 1, 5, 10)
+	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= 10 })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ran, next := map[int]bool{}, 5
+	for _, x := range h.order {
+		if ran[x.n] {
+			t.Fatalf("message %d ran twice: %v", x.n, h.order)
+		}
+		ran[x.n] = true
+		if x.n >= 5 {
+			if x.instance != "B" || x.n != next {
+				t.Fatalf("second round: message %d ran on %s when %d was next on B: %v", x.n, x.instance, next, h.order)
+			}
+			next++
+		}
+	}
+	if len(ran) != 10 {
+		t.Fatalf("%d of 10 messages ran: %v", len(ran), h.order)
 	}
 }
