@@ -91,16 +91,9 @@ func TestAlertGauge_OnlyTheActiveInstanceReports(t *testing.T) {
 			t.Logf("last ackmonitor_alert_active reads: first (stepped down) %v, second (took over) %v", gotFirst, gotSecond)
 		}
 	}()
-	// Which instance is active is read at each poll: on a loaded machine
-	// the one-second pin may pass from one to the other before either
-	// has reported.
 	eventually(t, 30*time.Second, "the alert raised and reported by the active instance only", func() bool {
-		switch {
-		case a.Active() && !b.Active():
-			first, second = a, b
-		case b.Active() && !a.Active():
-			first, second = b, a
-		default:
+		var ok bool
+		if first, second, ok = activeOf(a, b); !ok {
 			return false
 		}
 		gotFirst, gotSecond = alertGauge(t, first.Monitor), alertGauge(t, second.Monitor)

@@ -93,6 +93,20 @@ type running struct {
 	once   sync.Once
 }
 
+// activeOf returns which of a and b is active and which stands by; ok is
+// false unless exactly one is active. Tests of two instances read it at
+// each poll: on a loaded machine haConfig's one-second pin may pass from
+// one to the other.
+func activeOf(a, b *running) (active, standby *running, ok bool) {
+	switch aa, ba := a.Active(), b.Active(); {
+	case aa && !ba:
+		return a, b, true
+	case ba && !aa:
+		return b, a, true
+	}
+	return nil, nil, false
+}
+
 // startMonitor runs a monitor on its own connection until stop or the end
 // of the test.
 func startMonitor(t *testing.T, s *server.Server, cfg ackmonitor.Config) *running {

@@ -80,16 +80,11 @@ func TestStalePendingGauge_ActiveInstanceCounts(t *testing.T) {
 		}
 	}()
 	// reads reports whether the active instance reports wantActive and
-	// the other wantStandby. Which is active is read at each poll: on a
-	// loaded machine the one-second pin may pass from one to the other.
+	// the other wantStandby.
 	reads := func(wantActive, wantStandby string) func() bool {
 		return func() bool {
-			switch {
-			case a.Active() && !b.Active():
-				active, standby = a, b
-			case b.Active() && !a.Active():
-				active, standby = b, a
-			default:
+			var ok bool
+			if active, standby, ok = activeOf(a, b); !ok {
 				return false
 			}
 			gotActive, gotStandby = staleGauge(t, active.Monitor), staleGauge(t, standby.Monitor)
