@@ -62,7 +62,7 @@ func serve(t *testing.T, args func(addr string) []string, stderr io.Writer) (str
 		addr := freeAddr(t)
 		done := make(chan error, 1)
 		go func() { done <- runTo(args(addr), io.Discard, stderr) }()
-		err := awaitHealthz(addr, done)
+		_, err := awaitHealth(addr, done, func(map[string]any) bool { return true })
 		if err == nil {
 			return addr, done
 		}
@@ -73,22 +73,25 @@ func serve(t *testing.T, args func(addr string) []string, stderr io.Writer) (str
 	}
 }
 
-// awaitHealthz polls /healthz on addr until it answers; it returns why
-// not if run returns first (on done) or 30 seconds pass.
-func awaitHealthz(addr string, done <-chan error) error {
+// awaitHealth polls /healthz on addr until its answer satisfies ok and
+// returns it; it returns why not if run returns first (on done) or 30
+// seconds pass.
+func awaitHealth(addr string, done <-chan error, ok func(map[string]any) bool) (map[string]any, error) {
 	deadline := time.Now().Add(30 * time.Second)
-	for getHealth(addr) == nil {
+	for {
+		if health := getHealth(addr); health != nil && ok(health) {
+			return health, nil
+		}
 		select {
 		case err := <-done:
-			return fmt.Errorf("run returned before serving: %w", cmp.Or(err, errors.New("no error")))
+			return nil, fmt.Errorf("run returned before serving: %w", cmp.Or(err, errors.New("no error")))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return errors.New("healthz never answered")
+			return nil, errors.New("healthz never answered as wanted")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
 }
 
 // freeAddr returns a free 127.0.0.1 address.
@@ -106,21 +109,11 @@ func freeAddr(t *testing.T) string {
 // returns its answer; it fails if run returns first (on done).
 func waitHealthy(t *testing.T, addr string, done <-chan error) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if health := getHealth(addr); health["ready"] == true {
-			return health
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("healthz at %s never said ready", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	health, err := awaitHealth(addr, done, func(h map[string]any) bool { return h["ready"] == true })
+	if err != nil {
+		t.Fatalf("monitor on %s not ready: %v", addr, err)
 	}
+	return health
 }
 
 // stop interrupts run like Ctrl-C and waits for it to return nil.
