@@ -34,7 +34,9 @@ func TestMigrate_RegistryMarkers(t *testing.T) {
 	srv := natstest.RunServer(t)
 	t.Setenv("NATS_URL", srv.ClientURL())
 	t.Setenv("NATS_CREDS", "")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// The whole test's budget: two agents crash and expire and the CLI
+	// runs five times, which took a minute under two suites at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	js, _ := jetstream.New(natstest.Connect(t, srv))
 	bucket := subjects.Default.RegistryBucket()
@@ -44,6 +46,14 @@ func TestMigrate_RegistryMarkers(t *testing.T) {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		t.Fatal(err)
+	}
+	markerTTL := func() time.Duration {
+		t.Helper()
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatalf("registry bucket status: %v", err)
+		}
+		return st.LimitMarkerTTL()
 	}
 	// crash starts agent id, kills it without Stop once registered and
 	// waits until its key has expired.
@@ -88,8 +98,8 @@ func TestMigrate_RegistryMarkers(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "would keep the markers of expired keys in registry bucket mesh_registry for 168h0m0s") {
 		t.Fatalf("migrate --dry-run: exit %d\n%s%s", code, out, errOut)
 	}
-	if st, _ := kv.Status(ctx); st.LimitMarkerTTL() != 0 {
-		t.Fatalf("migrate --dry-run set the marker TTL: %v", st.LimitMarkerTTL())
+	if ttl := markerTTL(); ttl != 0 {
+		t.Fatalf("migrate --dry-run set the marker TTL: %v", ttl)
 	}
 
 	// The victim registers before migrate and crashes after it.
@@ -100,8 +110,8 @@ func TestMigrate_RegistryMarkers(t *testing.T) {
 			t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
 		}
 	})
-	if st, _ := kv.Status(ctx); st.LimitMarkerTTL() != registry.MarkerTTL {
-		t.Fatalf("after migrate the bucket keeps markers %v, want %v", st.LimitMarkerTTL(), registry.MarkerTTL)
+	if ttl := markerTTL(); ttl != registry.MarkerTTL {
+		t.Fatalf("after migrate the bucket keeps markers %v, want %v", ttl, registry.MarkerTTL)
 	}
 	code, out, errOut = cli(t, "agents")
 	if code != exitOK || !strings.Contains(out, "victim") || !strings.Contains(out, "UNAVAILABLE") || errOut != "" {
