@@ -41,6 +41,18 @@ func AckFilters(stream, consumer string) []string {
 	}
 }
 
+// AckReply returns the v1 ack subject of the message at stream sequence
+// seq of consumer, stated as delivered by consumer sequence delivered:
+// "$JS.ACK.<stream>.<consumer>.1.<seq>.<delivered>.0.0". The server acts
+// on a NAK sent there only while the message is pending (delivered and
+// not acked) and delivered is past the consumer's ack floor, and reads
+// neither the delivery count nor the last two numbers for a NAK without a
+// delay; so whoever may ack the consumer can hand back its pending
+// messages without holding their deliveries.
+func AckReply(stream, consumer string, seq, delivered uint64) string {
+	return AckPrefix + "." + stream + "." + consumer + ".1." + strconv.FormatUint(seq, 10) + "." + strconv.FormatUint(delivered, 10) + ".0.0"
+}
+
 // FlowControlFilters returns the filters of the flow control subjects of
 // push consumers (such as a KV watch) on stream, v1 and v2 as for
 // [AckFilters].

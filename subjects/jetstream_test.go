@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,6 +80,80 @@ func TestAckAndFlowControlFilters(t *testing.T) {
 		if got := matchesAny(tc.subject, fc); got != tc.want {
 			t.Errorf("FlowControlFilters %q match %s: %v, want %v", fc, tc.subject, got, tc.want)
 		}
+	}
+}
+
+// TestAckReply checks that a NAK on AckReply, sent from a connection that
+// never received the message, hands a pending message back at once, and
+// that the server ignores one for a message that is not pending.
+func TestAckReply(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := natstest.RunServer(t)
+	js, err := jetstream.New(natstest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ACKS", Subjects: []string{"acks.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "ACKS", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Hour, FilterSubject: "acks.a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"acks.a", "acks.b", "acks.a"} {
+		if _, err := js.Publish(ctx, subj, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := cons.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []jetstream.Msg
+	for m := range batch.Messages() {
+		held = append(held, m)
+	}
+	if len(held) != 2 {
+		t.Fatalf("fetched %d messages, want 2 (%v)", len(held), batch.Error())
+	}
+	if err := held[0].Ack(); err != nil { // seq 1 acked, seq 3 pending
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := natstest.Connect(t, srv)
+	for seq := info.AckFloor.Stream + 1; seq <= info.Delivered.Stream; seq++ {
+		if err := other.Publish(subjects.AckReply("ACKS", "c", seq, info.Delivered.Consumer), []byte("-NAK")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := <-again.Messages()
+	if !ok {
+		t.Fatalf("the NAKed message did not come back within 5s of its hour's ack wait: %v", again.Error())
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Sequence.Stream != 3 || md.NumDelivered != 2 {
+		t.Errorf("redelivered stream seq %d, delivery %d; want 3, 2", md.Sequence.Stream, md.NumDelivered)
+	}
+	if info, err = cons.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 1 || info.NumRedelivered != 1 {
+		t.Errorf("after the hand-back: %d pending, %d redelivered; want 1, 1 (the acked message untouched)", info.NumAckPending, info.NumRedelivered)
 	}
 }
 

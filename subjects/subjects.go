@@ -162,6 +162,24 @@ func (s Scheme) Heartbeat(agent string) (string, error) {
 	return s.prefix + ".hb." + agent, nil
 }
 
+// Probe returns the core NATS subject instance of agent answers liveness
+// probes on, from its own connection: a request there that finds no
+// subscriber means that connection is gone.
+func (s Scheme) Probe(agent, instance string) (string, error) {
+	if err := firstErr(ValidateToken("agent id", agent), ValidateToken("instance", instance)); err != nil {
+		return "", err
+	}
+	return s.prefix + ".probe." + agent + "." + instance, nil
+}
+
+// ProbeFilter matches the probe subjects of every instance of agent.
+func (s Scheme) ProbeFilter(agent string) (string, error) {
+	if err := ValidateToken("agent id", agent); err != nil {
+		return "", err
+	}
+	return s.prefix + ".probe." + agent + ".*", nil
+}
+
 // Alert returns the subject of an alert of severity about agent.
 func (s Scheme) Alert(severity, agent string) (string, error) {
 	if err := firstErr(ValidateSeverity(severity), ValidateToken("agent id", agent)); err != nil {
