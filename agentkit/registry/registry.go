@@ -77,6 +77,11 @@ type Instance struct {
 	// record "host.<group>.<instance>", of the same instance id, is and
 	// lists the agent. Empty: the instance renews its record itself.
 	Host string `json:"host,omitempty"`
+	// Probe says the instance answers liveness probes on
+	// [subjects.Scheme.Probe] from the connection it consumes on, so a
+	// probe that finds no subscriber there means that connection is gone
+	// (see [View.Expire]). False: a successor waits for the record's TTL.
+	Probe bool `json:"probe,omitempty"`
 }
 
 // maxTTLSeconds is the largest TTL a reader takes from a record: more

@@ -174,3 +174,56 @@ func TestView_LiveReadsTheServer(t *testing.T) {
 		t.Fatal("a is live after its deletion")
 	}
 }
+
+// View.Expire removes a record only at the revision the caller read, and
+// the view then reads the instance as crashed (UNAVAILABLE), not stopped.
+func TestView_ExpireAtTheRevisionRead(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := registry.Open(ctx, js, subjects.Default, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer view.Close()
+	rec := registry.Instance{ID: "worker", Instance: "a", Status: registry.StatusReady, Probe: true}
+	if err := view.Register(ctx, rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var first uint64
+	natstest.Eventually(t, 5*time.Second, "the view holds the record", func() bool {
+		in, rev, ok := view.Revision("worker", "a")
+		first = rev
+		return ok && in.Probe && rev > 0
+	})
+	if err := view.Register(ctx, rec, time.Hour); err != nil { // a renewal
+		t.Fatal(err)
+	}
+	if err := view.Expire(ctx, "worker", "a", first); err == nil {
+		t.Fatal("Expire at a revision the instance has renewed since removed its record")
+	}
+	if _, live, err := view.Live(ctx, "worker", "a"); err != nil || !live {
+		t.Fatalf("after the refused Expire: live %v, %v", live, err)
+	}
+	var latest uint64
+	natstest.Eventually(t, 5*time.Second, "the view holds the renewal", func() bool {
+		_, rev, ok := view.Revision("worker", "a")
+		latest = rev
+		return ok && rev > first
+	})
+	if err := view.Expire(ctx, "worker", "a", latest); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the view reads the agent UNAVAILABLE", func() bool {
+		a, ok := view.Get("worker")
+		return ok && a.Status == registry.StatusUnavailable
+	})
+	if _, live, err := view.Live(ctx, "worker", "a"); err != nil || live {
+		t.Fatalf("after Expire: live %v, %v", live, err)
+	}
+}

@@ -45,11 +45,13 @@ func (r Agent) HasCapability(name string) bool {
 	return slices.ContainsFunc(r.Capabilities, func(c Capability) bool { return c.Name == name })
 }
 
-// instanceEntry is an instance's record in the cache and when it was put
-// (the KV entry's Created time), from which the view judges it stale.
+// instanceEntry is an instance's record in the cache, when it was put
+// (the KV entry's Created time), from which the view judges it stale, and
+// its revision.
 type instanceEntry struct {
 	rec Instance
 	put time.Time
+	rev uint64
 }
 
 // expired reports whether the record has outlived its TTL at now.
@@ -445,7 +447,7 @@ func (r *View) applyAgent(key subjects.RegistryKey, rec Instance, e jetstream.Ke
 			if r.instances[agent] == nil {
 				r.instances[agent] = map[string]instanceEntry{}
 			}
-			entry := instanceEntry{rec: rec, put: e.Created()}
+			entry := instanceEntry{rec: rec, put: e.Created(), rev: e.Revision()}
 			r.instances[agent][inst] = entry
 			if at, ok := entry.expiry(); ok && at.Before(r.nextExpiry) {
 				r.nextExpiry = at
@@ -680,6 +682,36 @@ func (r *View) Record(agent, instance string) (Instance, bool) {
 		return Instance{}, false
 	}
 	return r.live(agent, instance, e, time.Now())
+}
+
+// Revision returns the view's live record of agent's instance with its
+// revision in the bucket, if it holds one.
+func (r *View) Revision(agent, instance string) (Instance, uint64, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.instances[agent][instance]
+	if !ok {
+		return Instance{}, 0, false
+	}
+	in, live := r.live(agent, instance, e, time.Now())
+	return in, e.rev, live
+}
+
+// Expire removes instance's record of agent as its TTL running out would
+// (views read the instance as crashed, not stopped), provided the bucket
+// still holds revision rev of it: a renewal since then means the instance
+// lives, and the server refuses the removal (wrong last sequence). It is for
+// an instance of the same agent that found this one's connection gone
+// before its record expired.
+func (r *View) Expire(ctx context.Context, agent, instance string, rev uint64) error {
+	key, err := subjects.InstanceKey(agent, instance)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidID, err)
+	}
+	if err := r.kv.Purge(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		return fmt.Errorf("registry: expire %s/%s: %w", agent, instance, err)
+	}
+	return nil
 }
 
 // Precedes reports whether in, an instance record that states its

@@ -15,12 +15,14 @@ type entry struct {
 	value []byte
 	op    jetstream.KeyValueOp
 	at    time.Time // when it was put; zero: never expires by its TTL
+	rev   uint64
 }
 
 func (e entry) Key() string                     { return e.key }
 func (e entry) Value() []byte                   { return e.value }
 func (e entry) Operation() jetstream.KeyValueOp { return e.op }
 func (e entry) Created() time.Time              { return e.at }
+func (e entry) Revision() uint64                { return e.rev }
 
 // An instance whose record expired (the TTL's purge) and which then
 // deregisters (the delete) stopped cleanly: STOPPED, not UNAVAILABLE. With
