@@ -51,9 +51,10 @@ type Agent struct {
 	watchDone chan struct{}
 	lost      atomic.Pointer[error]
 
-	instance string // this instance's registry key suffix
-	turns    *turns // set by Start when the instances take turns
-	unfollow func() // stops the registry's signals for turns
+	instance string             // this instance's registry key suffix
+	turns    *turns             // set by Start when the instances take turns
+	probes   *nats.Subscription // answers the probes of this instance's successors (see turns)
+	unfollow func()             // stops the registry's signals for turns
 	// announced is the status the instance last announced, which a
 	// group's host record repeats for a hosted member (see hosting).
 	announced atomic.Pointer[AgentStatus]
@@ -248,6 +249,8 @@ func (a *Agent) start(ctx context.Context) error {
 		if !a.opts.concurrentInstances && a.opts.group == nil {
 			a.turns = newTurns(reg, a.id, a.instance, a.opts.heartbeat, a.renewTimeout(), a.opts.logger)
 			a.turns.standBy = a.recv.standDown
+			a.turns.probe = a.probeGone
+			a.probes = a.answerProbes()
 		}
 		begun := time.Now()
 		if err := a.announce(ctx, StatusInitializing); err != nil {
@@ -870,7 +873,7 @@ func (a *Agent) announce(ctx context.Context, status AgentStatus) error {
 		LastHeartbeat: time.Now().UTC(),
 	}
 	if a.turns != nil {
-		rec.Since = a.turns.start()
+		rec.Since, rec.Probe = a.turns.start(), a.probes != nil
 	}
 	if a.opts.group != nil {
 		rec.Host = a.opts.group.name
@@ -930,6 +933,41 @@ func (a *Agent) endTurns() {
 	if a.unfollow != nil {
 		a.unfollow()
 	}
+	if a.probes != nil {
+		_ = a.probes.Unsubscribe() // fails only on a closed connection, which ended it
+	}
+}
+
+// answerProbes subscribes this instance to its probe subject and returns
+// the subscription once a probe of its own finds it answering; nil, and a
+// warning, if not (the credentials may not grant the subject): the record
+// then says it answers no probe, and a successor waits for its TTL.
+func (a *Agent) answerProbes() *nats.Subscription {
+	subj, err := a.opts.scheme.Probe(a.id, a.instance) // both validated in New
+	if err == nil {
+		var sub *nats.Subscription
+		if sub, err = a.nc.Subscribe(subj, func(m *nats.Msg) { _ = m.Respond(nil) }); err == nil {
+			if _, err = a.nc.Request(subj, nil, a.opts.attemptTimeout); err == nil {
+				return sub
+			}
+			_ = sub.Unsubscribe()
+		}
+	}
+	a.opts.logger.Warn("instance answers no liveness probe: a successor takes over only once its record expires",
+		"agent", a.id, "instance", a.instance, "error", err)
+	return nil
+}
+
+// probeGone reports whether a probe of instance, another instance of this
+// agent, finds no subscriber: its connection is gone. A probe that times
+// out or fails otherwise tells nothing.
+func (a *Agent) probeGone(ctx context.Context, instance string) bool {
+	subj, err := a.opts.scheme.Probe(a.id, instance)
+	if err != nil {
+		return false
+	}
+	_, err = a.nc.RequestWithContext(ctx, subj, nil)
+	return errors.Is(err, nats.ErrNoResponders)
 }
 
 // Consuming reports whether this instance reads the agent's consumers:
@@ -958,8 +996,12 @@ func (a *Agent) heartbeatLoop() {
 	reported := false                      // the registry's watch ending, once
 	var follow <-chan struct{}             // changes of this agent's records, when the instances take turns
 	var renew <-chan struct{}              // the turns ask for a renewal now
+	var probe <-chan time.Time             // time to probe the elder, when the instances take turns
 	if a.turns != nil {
 		follow, renew = a.turns.follow, a.turns.renew
+		pt := time.NewTicker(a.turns.probeEvery())
+		defer pt.Stop()
+		probe = pt.C
 	}
 	for {
 		select {
@@ -967,6 +1009,9 @@ func (a *Agent) heartbeatLoop() {
 			return
 		case <-follow:
 			a.turns.check()
+			continue
+		case <-probe:
+			a.turns.probeElder()
 			continue
 		case <-renew:
 		case <-t.C:

@@ -431,6 +431,9 @@ func (r *receiver) reopen(src *source, n int, failed bool, retry backoff.BackOff
 		if src.turns != nil && !src.turns.await(src.done) {
 			return nil
 		}
+		if src.turns != nil && !src.hasOpened() && src.turns.reclaiming() {
+			r.reclaim(src)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)
 		it, err := src.reopen(ctx, n)
 		cancel()
@@ -449,6 +452,53 @@ func (r *receiver) reopen(src *source, n int, failed bool, retry backoff.BackOff
 		}
 		failed = true
 	}
+}
+
+// maxReclaim bounds the stream sequences reclaim NAKs per consumer: the
+// latest ones delivered, where a crashed instance's in-flight messages
+// are. Older pending ones return after their ack timeout.
+const maxReclaim = 1 << 14
+
+// nakBody is the body of a NAK without a delay.
+var nakBody = []byte("-NAK")
+
+// reclaim hands back the messages src's consumer delivered and has not
+// had acked, with a NAK each, so they come first to this instance's first
+// fetch instead of after their ack timeout. It runs before that fetch, in
+// a turn taken from an elder whose connection was gone: this instance
+// has read none of them, so they were the elder's. The NAKs name only
+// stream sequences, between the consumer's ack floor and its last
+// delivery (see subjects.AckReply): the server ignores those not pending.
+func (r *receiver) reclaim(src *source) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.attemptTimeout)
+	defer cancel()
+	info, err := src.consumer().Info(ctx)
+	if err != nil {
+		r.asyncError(fmt.Errorf("agentkit: reclaim the messages of %s for %s: %w", src.label(), r.id, err))
+		return
+	}
+	if info.NumAckPending == 0 {
+		return
+	}
+	from, to := info.AckFloor.Stream+1, info.Delivered.Stream
+	if to < from {
+		return
+	}
+	if to-from >= maxReclaim {
+		from = to - maxReclaim + 1
+	}
+	for seq := from; seq <= to; seq++ {
+		if err := r.nc.Publish(subjects.AckReply(info.Stream, info.Name, seq, info.Delivered.Consumer), nakBody); err != nil {
+			r.asyncError(fmt.Errorf("agentkit: reclaim the messages of %s for %s: %w", src.label(), r.id, err))
+			return
+		}
+	}
+	if err := r.nc.FlushWithContext(ctx); err != nil {
+		r.asyncError(fmt.Errorf("agentkit: reclaim the messages of %s for %s: %w", src.label(), r.id, err))
+		return
+	}
+	r.opts.logger.Info("reclaimed the messages a gone instance held", "agent", r.id, "consumer", info.Name,
+		"pending", info.NumAckPending, "first", from, "last", to)
 }
 
 // admitFanout reports whether the fan-out message d (with headers h) goes

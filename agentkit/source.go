@@ -49,6 +49,7 @@ type source struct {
 
 	mu      sync.Mutex
 	it      jetstream.MessagesContext
+	opened  bool          // an iterator was opened: this instance has read the consumer
 	stopped bool          // Stop or Drain was called: no new iterator opens
 	done    chan struct{} // closed with stopped set: ends the reader's pause
 }
@@ -66,7 +67,7 @@ func openSource(cons jetstream.Consumer, bind func(context.Context) (jetstream.C
 	if err != nil {
 		return s, err
 	}
-	s.it = it
+	s.it, s.opened = it, true
 	return s, nil
 }
 
@@ -102,6 +103,13 @@ func (s *source) open(size int) (jetstream.MessagesContext, error) {
 		opts = append(opts, jetstream.StopAfter(size))
 	}
 	return s.cons.Messages(opts...)
+}
+
+// hasOpened reports whether this instance ever read the source's consumer.
+func (s *source) hasOpened() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opened
 }
 
 // consumer returns the handle of the source's consumer.
@@ -183,7 +191,7 @@ func (s *source) reopen(ctx context.Context, n int) (jetstream.MessagesContext, 
 	if err != nil {
 		return nil, err
 	}
-	s.it = it
+	s.it, s.opened = it, true
 	return it, nil
 }
 

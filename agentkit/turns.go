@@ -38,6 +38,16 @@ import (
 // once its view holds its own record as last renewed: the watch delivers
 // in stream order, so the view then holds every renewal put before it,
 // the elders' too.
+//
+// A crashed elder need not be waited for until its record expires: an
+// instance whose record says it answers probes does so from the
+// connection it consumes on, and a standby probes its elder every fifth
+// of a heartbeat. Once the elder has neither answered a probe (no
+// subscriber: its connection is gone) nor renewed its record for one of
+// its heartbeat intervals, the standby expires the elder's record at the
+// revision it read (refused if the elder renewed meanwhile) and takes the
+// turn, and its readers then NAK what the elder's consumers still had
+// pending (see receiver.reclaim) instead of leaving it to the ack timeout.
 type turns struct {
 	view     *registry.View
 	id       string
@@ -49,6 +59,16 @@ type turns struct {
 	standBy  func()          // stops the readers' fetching; called without mu
 	follow   <-chan struct{} // signals a change of the agent's records (see registry.View.Follow)
 	renew    chan struct{}   // asks the heartbeat for a renewal now
+	// probe reports whether a probe of instance found its connection
+	// gone (no subscriber); nil when this instance does not probe.
+	probe func(ctx context.Context, instance string) bool
+
+	// The heartbeat loop alone runs probeElder, which alone uses these:
+	// the elder whose probes found no subscriber, since when, and the
+	// revision of its record then.
+	suspect      string
+	suspectSince time.Time
+	suspectRev   uint64
 
 	// checking serialises check, which the heartbeat, the recheck timer
 	// and a renewal run: an older reading must not land after a newer.
@@ -67,6 +87,14 @@ type turns struct {
 	fence   *time.Timer
 	recheck *time.Timer // a check after the server still held a lost elder live
 	closed  bool
+	// expired is the elder whose record this instance expired (see
+	// probeElder), until this instance takes the turn or another ranks
+	// first.
+	expired string
+	// reclaim is set while this instance holds a turn it took from an
+	// elder whose connection was gone: its readers hand back that elder's
+	// pending messages before their first fetch.
+	reclaim bool
 }
 
 // errStandingBy: a reader may not fetch while another instance consumes.
@@ -153,6 +181,9 @@ func (t *turns) check() {
 		lost = err == nil && !live
 	}
 	t.update(func() {
+		if elder != "" && elder != t.expired {
+			t.expired = "" // another instance ranks first: the turn passes to it
+		}
 		t.elder = elder
 		t.current = own && rec.Since.Equal(t.since)
 		switch {
@@ -223,6 +254,8 @@ func (t *turns) settle() bool {
 		return false
 	}
 	t.ours = ours
+	t.reclaim = ours && t.expired != ""
+	t.expired = ""
 	switch {
 	case ours:
 		close(t.wake)
@@ -237,6 +270,69 @@ func (t *turns) settle() bool {
 	}
 	t.wake = make(chan struct{})
 	return true
+}
+
+// reclaiming reports whether the instance holds a turn it took from an
+// elder whose connection was gone.
+func (t *turns) reclaiming() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reclaim
+}
+
+// probeEvery is how often a standby probes its elder.
+func (t *turns) probeEvery() time.Duration { return t.grace / 10 }
+
+// maxProbedTTL bounds the TTL a record may state for probeElder to judge
+// its instance by: one stating more is waited out to its expiry.
+const maxProbedTTL = 24 * 60 * 60
+
+// probeElder probes the elder this instance stands by for, if the elder's
+// record says it answers probes, and expires the elder's record once the
+// elder has neither answered (its connection is gone) nor renewed the
+// record for one of its heartbeat intervals, a third of the record's TTL.
+// The check that follows then passes the turn to this instance, or to
+// another standby ranking before it, without waiting for the TTL. Only
+// the heartbeat loop calls it.
+func (t *turns) probeElder() {
+	t.mu.Lock()
+	elder, closed := t.elder, t.closed
+	t.mu.Unlock()
+	if closed || elder == "" || t.probe == nil {
+		t.suspect = ""
+		return
+	}
+	rec, rev, ok := t.view.Revision(t.id, elder)
+	if !ok || !rec.Probe || rec.TTLSeconds <= 0 || rec.TTLSeconds > maxProbedTTL {
+		t.suspect = "" // the view lost it (see check), or it is not to be probed
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.probeEvery())
+	gone := t.probe(ctx, elder)
+	cancel()
+	switch {
+	case !gone:
+		t.suspect = ""
+		return
+	case t.suspect != elder || t.suspectRev != rev:
+		t.suspect, t.suspectSince, t.suspectRev = elder, time.Now(), rev
+		return
+	case time.Since(t.suspectSince) < time.Duration(rec.TTLSeconds)*time.Second/3:
+		return
+	}
+	t.suspect = ""
+	ctx, cancel = context.WithTimeout(context.Background(), t.land)
+	err := t.view.Expire(ctx, t.id, elder, rev)
+	cancel()
+	if err != nil {
+		t.logger.Warn("elder instance answers no probe, but its record could not be expired", "agent", t.id, "instance", t.instance, "elder", elder, "error", err)
+		return
+	}
+	t.logger.Warn("elder instance's connection is gone: its record expired early", "agent", t.id, "instance", t.instance, "elder", elder)
+	t.mu.Lock()
+	t.expired = elder
+	t.mu.Unlock()
+	t.check()
 }
 
 // consuming reports whether the instance consumes now.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentmesh-io/agentmesh/agentkit"
@@ -267,4 +268,124 @@ func TestTurns_DroppedRecordRejoinsAsYoungest(t *testing.T) {
 	if len(ran) != 10 {
 		t.Fatalf("%d of 10 messages ran: %v", len(ran), h.order)
 	}
+}
+
+// An instance whose connection is gone (here closed; a crash looks the
+// same to the server) answers no probe: the standby expires its record
+// early, a heartbeat after, instead of waiting out the record's TTL, and
+// reclaims the messages it held instead of waiting out their ack timeout
+// (ten minutes here).
+func TestTurns_GoneElderIsProbedAndItsMessagesReclaimed(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	var h handling
+	long := agentkit.DeliveryPolicy{BackOff: []time.Duration{10 * time.Minute}, MaxDeliver: 2, ProcessingLimit: time.Hour, Prefetch: 16, MaxAckPending: 1000}
+	// The default heartbeat: the record's TTL (15s) leaves the probes'
+	// judgement (after 5s) a wide margin on a loaded machine.
+	opts := []agentkit.Option{agentkit.WithPolicy(wire.PriorityNormal, long)}
+	connA := m.conn()
+	a, err := agentkit.New(connA, "worker", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var took atomic.Int32
+	a.HandleFunc("work", func(ctx context.Context, _ *agentkit.Message) error {
+		took.Add(1)
+		<-ctx.Done() // A hangs until it dies
+		return ctx.Err()
+	})
+	if err := a.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")}, opts...)
+	eventually(t, 10*time.Second, "the elder consumes, the younger stands by", func() bool { return a.Consuming() && !b.Consuming() })
+	sendTasks(t, m.agent("sender", agentkit.WithRegistration(false)), 1, 0, 3)
+	eventually(t, 10*time.Second, "the elder holds messages", func() bool { return took.Load() > 0 })
+	held := took.Load()
+	connA.Close() // A can neither deregister, renew its record nor answer probes
+	eventually(t, 30*time.Second, "the younger consumes", b.Consuming)
+	eventually(t, 30*time.Second, "every message handled", func() bool { return h.count() >= 3 })
+	h.check(t, 1, 3)
+
+	// The elder's record was expired by the standby (a purge), not by
+	// its TTL, which leaves no marker in the registry's bucket.
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), subjects.Default.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx(t), "agent.worker.*", jetstream.IncludeHistory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	last := map[string]jetstream.KeyValueOp{}
+	for e := range w.Updates() {
+		if e == nil {
+			break // the history is read
+		}
+		last[e.Key()] = e.Operation()
+	}
+	purged := 0
+	for _, op := range last {
+		if op == jetstream.KeyValuePurge {
+			purged++
+		}
+	}
+	if purged != 1 {
+		t.Fatalf("records' last operations %v; want the elder's purged by the standby", last)
+	}
+	t.Logf("the elder held %d of 3 messages when it went; the standby handled all 3", held)
+}
+
+// A standby does not expire an elder that answers its probes, though
+// its record goes unrenewed: a live instance whose renewals do not land
+// (the registry's trouble, not its own) keeps its turn until its TTL.
+func TestTurns_AnsweringElderIsNotExpired(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	// The elder is the test: a record stating an early start and that it
+	// answers probes, put once with a TTL of 10s, and a subscriber
+	// answering on its probe subject.
+	nc := m.conn()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := registry.Open(ctx(t), js, subjects.Default, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer view.Close()
+	probe, err := subjects.Default.Probe("worker", "elder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probed atomic.Int32
+	if _, err := nc.Subscribe(probe, func(msg *nats.Msg) { probed.Add(1); _ = msg.Respond(nil) }); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 10 * time.Second
+	put := time.Now()
+	elder := registry.Instance{ID: "worker", Instance: "elder", Status: registry.StatusReady, Since: put.Add(-time.Hour), Probe: true}
+	if err := view.Register(ctx(t), elder, ttl); err != nil {
+		t.Fatal(err)
+	}
+	var h handling
+	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")})
+	// The standby's probes would have found a silent elder gone a third
+	// of the TTL after the put; watch until 8s after it.
+	for time.Since(put) < ttl*8/10 {
+		if b.Consuming() {
+			t.Fatalf("the standby took the turn from an elder answering its probes, %v after the elder's record was put", time.Since(put))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if probed.Load() == 0 {
+		t.Fatal("the standby never probed its elder")
+	}
+	eventually(t, 20*time.Second, "the standby consumes once the elder's record expired", b.Consuming)
 }
