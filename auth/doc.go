@@ -84,6 +84,8 @@
 // can mark any agent degraded (agentkit does so after repeated NACKs), and
 // can create and delete consumers on the registry's stream. It cannot write
 // another agent's instance record ($KV.mesh_registry.agent.<self>.* only).
+// Its instances also answer and send each other's liveness probes
+// (mesh.probe.<self>.*, with replies into its own inbox, _INBOX_<self>.>).
 // The consumer rights are the loose part: a push consumer's deliver
 // subject is not checked against its creator's permissions, so an agent can
 // have the server publish registry content it wrote (a health mark) on any

@@ -54,13 +54,19 @@ func agentPermissions(s subjects.Scheme, id string, o Options) *Permissions {
 		)
 		p.Publish = append(p.Publish, subjects.AckFilters(stream, c)...)
 	}
+	p.Subscribe = []string{InboxPrefix(id) + ".>"}
 	if o.Registration {
 		p.Publish = append(p.Publish, registryAgentRights(s, id)...)
+		// Instances taking turns probe each other: each answers on its
+		// own probe subject, into the requesting instance's inbox, which
+		// is this same user's.
+		probes, _ := s.ProbeFilter(id)
+		p.Publish = append(p.Publish, probes, InboxPrefix(id)+".>")
+		p.Subscribe = append(p.Subscribe, probes)
 	}
 	if o.Payloads {
 		p.Publish = append(p.Publish, payloadRights(s)...)
 	}
-	p.Subscribe = []string{InboxPrefix(id) + ".>"}
 	return p
 }
 
@@ -77,6 +83,7 @@ func registryAgentRights(s subjects.Scheme, id string) []string {
 		subjects.KVSubject(b, health),                     // degraded marks about the agents it sends to
 		subjects.KVSubject(b, unavailable),                // unavailable marks (repeated timeouts), likewise
 		subjects.API("STREAM", "INFO", kvStream),          // js.KeyValue
+		subjects.API("STREAM", "MSG", "GET", kvStream),    // a record read from the stream leader, as turns do
 		subjects.API("CONSUMER", "CREATE", kvStream, ">"), // the watch's ordered consumer
 		subjects.API("CONSUMER", "DELETE", kvStream, "*"), // removed when the watch stops
 	}, subjects.FlowControlFilters(kvStream)...) // the watch's flow control

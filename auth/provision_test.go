@@ -126,6 +126,19 @@ func TestRegistration(t *testing.T) {
 		}
 		expectViolation(t, wA, n, "publish", subj)
 	}
+	// A answers its own instances' probes (above, without a violation),
+	// and may neither answer nor send B's.
+	probeB, _ := subjects.Default.Probe("B", "forged")
+	n := wA.Count()
+	if _, err := ncA.Subscribe(probeB, func(m *nats.Msg) { _ = m.Respond(nil) }); err != nil {
+		t.Fatal(err)
+	}
+	expectViolation(t, wA, n, "subscribe", probeB)
+	n = wA.Count()
+	if err := ncA.Publish(probeB, nil); err != nil {
+		t.Fatal(err)
+	}
+	expectViolation(t, wA, n, "publish", probeB)
 	// Stopping deregisters without a violation.
 	before := wA.Count()
 	agents[0].Stop()
@@ -187,5 +200,54 @@ func TestPayloads(t *testing.T) {
 	})
 	if n := wA.Count() + wB.Count(); n != 0 {
 		t.Fatalf("violations: %v %v", wA.Recent(), wB.Recent())
+	}
+}
+
+// TestRegistration_InstancesTakeTurns runs two instances of one isolated
+// agent with the registration right: the younger stands by, and takes
+// the turn once the elder's connection closes (probes, then the elder's
+// record read from the registry's stream leader), without a violation.
+func TestRegistration_InstancesTakeTurns(t *testing.T) {
+	t.Parallel()
+	b := generate(t, []auth.AgentSpec{{ID: "A"}, {ID: "S"}}, auth.Options{Registration: true})
+	s := natstest.RunServer(t, withAuth(t, b))
+	provision(t, s, b, auth.ProvisionOptions{Registry: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	handled := make(chan string, 4)
+	start := func(name string) (*nats.Conn, *auth.Watcher, *agentkit.Agent) {
+		nc, w := conn(t, s, b, "A")
+		ag := isolatedAgent(t, nc, "A", agentkit.WithRegistration(true), agentkit.WithHeartbeat(time.Second))
+		if err := ag.HandleFunc("noop", func(context.Context, *agentkit.Message) error { handled <- name; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := ag.Start(ctx); err != nil {
+			t.Fatalf("Start instance %s of A: %v", name, err)
+		}
+		return nc, w, ag
+	}
+	ncElder, wElder, elder := start("elder")
+	_, wYounger, younger := start("younger")
+	natstest.Eventually(t, 10*time.Second, "the elder consumes, the younger stands by", func() bool { return elder.Consuming() && !younger.Consuming() })
+	ncElder.Close()
+	natstest.Eventually(t, 30*time.Second, "the younger consumes once the elder is gone", younger.Consuming)
+	ncS, _ := conn(t, s, b, "S")
+	sender := isolatedAgent(t, ncS, "S")
+	if err := sender.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sender.Send(ctx, "A", "noop", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case by := <-handled:
+		if by != "younger" {
+			t.Fatalf("handled by the %s", by)
+		}
+	case <-ctx.Done():
+		t.Fatal("the message was not handled")
+	}
+	if n := wElder.Count() + wYounger.Count(); n != 0 {
+		t.Fatalf("%d violations: %v %v", n, wElder.Recent(), wYounger.Recent())
 	}
 }
