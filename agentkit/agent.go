@@ -974,10 +974,13 @@ func (a *Agent) probeGone(ctx context.Context, instance string) bool {
 // true once started, unless another instance of the agent consumes now.
 // Instances take turns by default (see [WithConcurrentInstances]): the
 // eldest live instance in the registry consumes, and the others stand by
-// until it stops (its record is deleted) or crashes (its record expires,
-// three heartbeat intervals after its last renewal). An instance whose
-// record goes unrenewed for two intervals stops fetching by itself, so two
-// instances never fetch at once while the registry works.
+// until it stops (its record is deleted) or crashes: a heartbeat interval
+// after its connection went, which the standby finds by probing it (the
+// standby then also hands back the messages it held), or, for an elder
+// that answers no probe, once its record expires, three intervals after
+// its last renewal. An instance whose record goes unrenewed for two
+// intervals stops fetching by itself, so two instances never fetch at
+// once while the registry works.
 func (a *Agent) Consuming() bool {
 	if a.lifecycle() != stateStarted {
 		return false
