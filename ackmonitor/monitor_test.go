@@ -2,6 +2,7 @@ package ackmonitor_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -406,4 +407,27 @@ func TestRun_AddsWakeSubjectToEventsStream(t *testing.T) {
 	if got := info.CachedInfo().Config.Subjects; !slices.Equal(got, s.EventsSubjects()) {
 		t.Fatalf("events stream subjects %q, want %q", got, s.EventsSubjects())
 	}
+}
+
+// A monitor asking for more replicas than the message stream has (it
+// exists as R1, made by an agent that started first) refuses to run,
+// saying so, instead of running on fewer unawares.
+func TestRun_TooFewReplicas(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	ctx := testCtx(t)
+	if err := agentkit.EnsureStream(ctx, m.jetstream(), agentkit.StreamConfig(subjects.Default, 1)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(openStore(t, sqliteStore))
+	cfg.Replicas = 3
+	mon, err := ackmonitor.New(m.conn(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = mon.Run(ctx)
+	if !errors.Is(err, agentkit.ErrTooFewReplicas) {
+		t.Fatalf("Run with R3 on an R1 stream: %v, want ErrTooFewReplicas", err)
+	}
+	t.Log(err)
 }
