@@ -87,6 +87,28 @@ func sendTasks(t *testing.T, sender *agentkit.Agent, tasks, from, to int) {
 	}
 }
 
+// startHanging starts an instance of "worker" on a connection of its own
+// whose handler hangs until the instance dies, counting the messages it
+// took.
+func startHanging(t *testing.T, m *mesh, opts ...agentkit.Option) (*nats.Conn, *agentkit.Agent, *atomic.Int32) {
+	t.Helper()
+	nc := m.conn()
+	a, err := agentkit.New(nc, "worker", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var took atomic.Int32
+	a.HandleFunc("work", func(ctx context.Context, _ *agentkit.Message) error {
+		took.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err := a.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	return nc, a, &took
+}
+
 // Two instances of one agent take turns: the elder consumes, the other
 // stands by and takes over once the elder has drained and stopped, so
 // every message runs once and each task's messages run in order across
@@ -119,27 +141,14 @@ func TestTurns_OneInstanceConsumesAtATime(t *testing.T) {
 }
 
 // An instance that dies without deregistering (its connection closes)
-// stands in the way until its record expires; then the other instance
-// consumes, and handles the messages the dead one held unacked too.
+// stands in the way until the other instance takes it for gone; then the
+// other consumes, and handles the messages the dead one held unacked too.
 func TestTurns_StandbyTakesOverAfterCrash(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	var h handling
 	opts := []agentkit.Option{agentkit.WithHeartbeat(400 * time.Millisecond), agentkit.WithPolicy(wire.PriorityNormal, fastPolicy(200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond))}
-	connA := m.conn()
-	a, err := agentkit.New(connA, "worker", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var took atomic.Int32
-	a.HandleFunc("work", func(ctx context.Context, _ *agentkit.Message) error {
-		took.Add(1)
-		<-ctx.Done() // A hangs until it dies
-		return ctx.Err()
-	})
-	if err := a.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	connA, _, took := startHanging(t, m, opts...)
 	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")}, opts...)
 	if b.Consuming() {
 		t.Fatal("the younger instance consumes while the elder lives")
@@ -148,7 +157,7 @@ func TestTurns_StandbyTakesOverAfterCrash(t *testing.T) {
 	sendTasks(t, sender, 2, 0, 5)
 	eventually(t, 10*time.Second, "the elder holds messages", func() bool { return took.Load() > 0 })
 	connA.Close() // A can neither deregister nor renew its record
-	eventually(t, 10*time.Second, "the younger consumes once the elder's record expired", b.Consuming)
+	eventually(t, 10*time.Second, "the younger consumes once the elder is gone", b.Consuming)
 	sendTasks(t, sender, 2, 5, 10)
 	eventually(t, 10*time.Second, "every message handled", func() bool { return h.count() >= 20 })
 	h.mu.Lock()
@@ -283,20 +292,7 @@ func TestTurns_GoneElderIsProbedAndItsMessagesReclaimed(t *testing.T) {
 	// The default heartbeat: the record's TTL (15s) leaves the probes'
 	// judgement (after 5s) a wide margin on a loaded machine.
 	opts := []agentkit.Option{agentkit.WithPolicy(wire.PriorityNormal, long)}
-	connA := m.conn()
-	a, err := agentkit.New(connA, "worker", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var took atomic.Int32
-	a.HandleFunc("work", func(ctx context.Context, _ *agentkit.Message) error {
-		took.Add(1)
-		<-ctx.Done() // A hangs until it dies
-		return ctx.Err()
-	})
-	if err := a.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
+	connA, a, took := startHanging(t, m, opts...)
 	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")}, opts...)
 	eventually(t, 10*time.Second, "the elder consumes, the younger stands by", func() bool { return a.Consuming() && !b.Consuming() })
 	sendTasks(t, m.agent("sender", agentkit.WithRegistration(false)), 1, 0, 3)
