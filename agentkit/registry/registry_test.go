@@ -120,15 +120,10 @@ func TestInstances_SkipsExpired(t *testing.T) {
 	natstest.Eventually(t, 5*time.Second, "the short-lived record skipped", func() bool { return instances() == "long older" })
 }
 
-// View.Live reads the server, not the view: a record put behind the
-// view's back is live at once; STOPPED, deleted, expired by its own TTL, or
-// hosted by a host whose record is missing, it is not.
-func TestView_LiveReadsTheServer(t *testing.T) {
-	t.Parallel()
-	s := natstest.RunServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	js, err := jetstream.New(natstest.Connect(t, s))
+// openView opens the default registry on a server of its own.
+func openView(t *testing.T, ctx context.Context) (jetstream.JetStream, *registry.View) {
+	t.Helper()
+	js, err := jetstream.New(natstest.Connect(t, natstest.RunServer(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +131,18 @@ func TestView_LiveReadsTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer view.Close()
+	t.Cleanup(view.Close)
+	return js, view
+}
+
+// View.Live reads the server, not the view: a record put behind the
+// view's back is live at once; STOPPED, deleted, expired by its own TTL, or
+// hosted by a host whose record is missing, it is not.
+func TestView_LiveReadsTheServer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js, view := openView(t, ctx)
 	kv, err := js.KeyValue(ctx, subjects.Default.RegistryBucket())
 	if err != nil {
 		t.Fatal(err)
@@ -179,18 +185,9 @@ func TestView_LiveReadsTheServer(t *testing.T) {
 // the view then reads the instance as crashed (UNAVAILABLE), not stopped.
 func TestView_ExpireAtTheRevisionRead(t *testing.T) {
 	t.Parallel()
-	s := natstest.RunServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	js, err := jetstream.New(natstest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := registry.Open(ctx, js, subjects.Default, 1, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer view.Close()
+	_, view := openView(t, ctx)
 	rec := registry.Instance{ID: "worker", Instance: "a", Status: registry.StatusReady, Probe: true}
 	if err := view.Register(ctx, rec, time.Hour); err != nil {
 		t.Fatal(err)
