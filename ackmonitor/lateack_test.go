@@ -129,7 +129,10 @@ func TestLateAck_LostAckIsNoTimeout(t *testing.T) {
 		t.Fatal("the stalling handler did not start")
 	}
 	nc.Close()
-	startWorker(t, m.conn(), handlers, pol)
+	// An instance that does not take turns: nothing hands the crashed
+	// one's message back (instances taking turns do, after probes: see
+	// TestLateAck_HandedBackIsANak), so it returns after its ack timeout.
+	startWorker(t, m.conn(), handlers, pol, agentkit.WithConcurrentInstances())
 	eventually(t, lateAckTimeout+30*time.Second, "the stalled message acked", func() bool {
 		rows, err := st.Messages(ctx, store.Query{Receiver: "worker", Status: store.StatusACK, Limit: 100})
 		if err != nil {
@@ -162,10 +165,68 @@ func TestLateAck_LostAckIsNoTimeout(t *testing.T) {
 	}
 }
 
+// A message whose instance crashed holding it, and which the standby
+// taking over hands back (a NAK) instead of waiting out its ack timeout,
+// is a NAK in the ledger: neither a timeout nor a late ack.
+func TestLateAck_HandedBackIsANak(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	st := openStore(t, sqliteStore)
+	ctx := testCtx(t)
+	startMonitor(t, m.s, fastConfig(st))
+	client := m.agent("client", nil)
+
+	// An ack timeout longer than the wait below: only the hand-back can
+	// bring the message back in time.
+	pol := agentkit.DeliveryPolicy{BackOff: []time.Duration{10 * time.Minute}, MaxDeliver: 3, ProcessingLimit: time.Hour,
+		Prefetch: 1, MaxAckPending: 100}
+	release, stalling := make(chan struct{}), make(chan struct{}, 1)
+	handlers := map[string]agentkit.HandlerFunc{"stall": func(_ context.Context, msg *agentkit.Message) error {
+		if msg.Delivery == 1 {
+			stalling <- struct{}{}
+			<-release
+		}
+		return nil
+	}}
+	hb := agentkit.WithHeartbeat(time.Second)
+	nc := m.conn()
+	elder := startWorker(t, nc, handlers, pol, hb)
+	t.Cleanup(func() { close(release) }) // before the workers stop
+	standby := startWorker(t, m.conn(), handlers, pol, hb)
+	eventually(t, 10*time.Second, "the elder consumes, the standby stands by", func() bool { return elder.Consuming() && !standby.Consuming() })
+	env, err := client.Send(ctx, "worker", "stall", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stalling:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalling handler did not start")
+	}
+	nc.Close()
+	var r store.Record
+	eventually(t, time.Minute, "the handed-back message acked", func() bool {
+		rows, err := st.Messages(ctx, store.Query{Receiver: "worker", Status: store.StatusACK, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rows {
+			if x.MessageID == env.MessageID {
+				r = x
+				return true
+			}
+		}
+		return false
+	})
+	if r.Deliveries != 2 || r.Naks != 1 || r.Timeouts != 0 || r.LateAcks != 0 {
+		t.Errorf("row = deliveries %d naks %d timeouts %d late acks %d; want 2, 1, 0, 0", r.Deliveries, r.Naks, r.Timeouts, r.LateAcks)
+	}
+}
+
 // startWorker starts an instance of agent "worker" on nc.
-func startWorker(t *testing.T, nc *nats.Conn, handlers map[string]agentkit.HandlerFunc, pol agentkit.DeliveryPolicy) *agentkit.Agent {
+func startWorker(t *testing.T, nc *nats.Conn, handlers map[string]agentkit.HandlerFunc, pol agentkit.DeliveryPolicy, opts ...agentkit.Option) *agentkit.Agent {
 	t.Helper()
-	a, err := agentkit.New(nc, "worker", agentkit.WithPolicy(wire.PriorityNormal, pol))
+	a, err := agentkit.New(nc, "worker", append([]agentkit.Option{agentkit.WithPolicy(wire.PriorityNormal, pol)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
