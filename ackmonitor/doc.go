@@ -95,7 +95,9 @@
 //     both take 0.3–5 ms) gives no evidence: its redeliveries stay
 //     timeouts, however they came about;
 //   - a redelivery another instance took (each instance remembers only
-//     what it handled) runs the handler again: a timeout;
+//     what it handled) runs the handler again: a timeout, or a NAK when
+//     that instance took over from a crashed one and handed its messages
+//     back (agentkit's turns);
 //   - an ack that arrives after the ack wait expired, before or after the
 //     redelivery, settles the message while the server still holds it
 //     pending, and its ack metric names the acking delivery's count: the
