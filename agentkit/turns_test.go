@@ -109,6 +109,20 @@ func startHanging(t *testing.T, m *mesh, opts ...agentkit.Option) (*nats.Conn, *
 	return nc, a, &took
 }
 
+// registryKV returns the registry's bucket on m.
+func registryKV(t *testing.T, m *mesh) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(m.conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), subjects.Default.RegistryBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 // Two instances of one agent take turns: the elder consumes, the other
 // stands by and takes over once the elder has drained and stopped, so
 // every message runs once and each task's messages run in order across
@@ -219,14 +233,7 @@ func TestTurns_DroppedRecordRejoinsAsYoungest(t *testing.T) {
 	a := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("A")}, hb)
 	b := m.started("worker", map[string]agentkit.HandlerFunc{"work": h.handler("B")}, hb)
 	eventually(t, 10*time.Second, "the elder consumes, the younger stands by", func() bool { return a.Consuming() && !b.Consuming() })
-	js, err := jetstream.New(m.conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx(t), subjects.Default.RegistryBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := registryKV(t, m)
 	keys, err := kv.ListKeysFiltered(ctx(t), "agent.worker.*")
 	if err != nil {
 		t.Fatal(err)
@@ -305,14 +312,7 @@ func TestTurns_GoneElderIsProbedAndItsMessagesReclaimed(t *testing.T) {
 
 	// The elder's record was expired by the standby (a purge), not by
 	// its TTL, which leaves no marker in the registry's bucket.
-	js, err := jetstream.New(m.conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx(t), subjects.Default.RegistryBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := registryKV(t, m)
 	w, err := kv.Watch(ctx(t), "agent.worker.*", jetstream.IncludeHistory())
 	if err != nil {
 		t.Fatal(err)
