@@ -133,19 +133,7 @@ func TestLateAck_LostAckIsNoTimeout(t *testing.T) {
 	// one's message back (instances taking turns do, after probes: see
 	// TestLateAck_HandedBackIsANak), so it returns after its ack timeout.
 	startWorker(t, m.conn(), handlers, pol, agentkit.WithConcurrentInstances())
-	eventually(t, lateAckTimeout+30*time.Second, "the stalled message acked", func() bool {
-		rows, err := st.Messages(ctx, store.Query{Receiver: "worker", Status: store.StatusACK, Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range rows {
-			if x.MessageID == stalled.MessageID {
-				r = x
-				return true
-			}
-		}
-		return false
-	})
+	r = ackedRow(t, ctx, st, stalled.MessageID, lateAckTimeout+30*time.Second)
 	if r.Deliveries != 2 || r.Timeouts != 1 || r.LateAcks != 0 {
 		t.Errorf("row of the crash = deliveries %d timeouts %d late acks %d, ack time %v; want 2, 1, 0",
 			r.Deliveries, r.Timeouts, r.LateAcks, r.ProcessingTime)
@@ -204,23 +192,31 @@ func TestLateAck_HandedBackIsANak(t *testing.T) {
 		t.Fatal("the stalling handler did not start")
 	}
 	nc.Close()
+	r := ackedRow(t, ctx, st, env.MessageID, time.Minute)
+	if r.Deliveries != 2 || r.Naks != 1 || r.Timeouts != 0 || r.LateAcks != 0 {
+		t.Errorf("row = deliveries %d naks %d timeouts %d late acks %d; want 2, 1, 0, 0", r.Deliveries, r.Naks, r.Timeouts, r.LateAcks)
+	}
+}
+
+// ackedRow waits at most d for the ledger's ACK row of the message to
+// "worker" with id, and returns it.
+func ackedRow(t *testing.T, ctx context.Context, st store.Store, id string, d time.Duration) store.Record {
+	t.Helper()
 	var r store.Record
-	eventually(t, time.Minute, "the handed-back message acked", func() bool {
-		rows, err := st.Messages(ctx, store.Query{Receiver: "worker", Status: store.StatusACK, Limit: 10})
+	eventually(t, d, "message "+id+" acked", func() bool {
+		rows, err := st.Messages(ctx, store.Query{Receiver: "worker", Status: store.StatusACK, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, x := range rows {
-			if x.MessageID == env.MessageID {
+			if x.MessageID == id {
 				r = x
 				return true
 			}
 		}
 		return false
 	})
-	if r.Deliveries != 2 || r.Naks != 1 || r.Timeouts != 0 || r.LateAcks != 0 {
-		t.Errorf("row = deliveries %d naks %d timeouts %d late acks %d; want 2, 1, 0, 0", r.Deliveries, r.Naks, r.Timeouts, r.LateAcks)
-	}
+	return r
 }
 
 // startWorker starts an instance of agent "worker" on nc.
