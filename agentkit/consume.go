@@ -487,13 +487,17 @@ func (r *receiver) reclaim(src *source) {
 	if to-from >= maxReclaim {
 		from = to - maxReclaim + 1
 	}
-	for seq := from; seq <= to; seq++ {
-		if err := r.nc.Publish(subjects.AckReply(info.Stream, info.Name, seq, info.Delivered.Consumer), nakBody); err != nil {
-			r.asyncError(fmt.Errorf("agentkit: reclaim the messages of %s for %s: %w", src.label(), r.id, err))
-			return
-		}
+	// The server takes acks and pull requests in separate queues, so a
+	// fetch sent after the NAKs may be served first, with later messages.
+	// It answers an ack that has a reply subject once it processed it, in
+	// the order they came: the last NAK asks for that answer.
+	for seq := from; seq < to && err == nil; seq++ {
+		err = r.nc.Publish(subjects.AckReply(info.Stream, info.Name, seq, info.Delivered.Consumer), nakBody)
 	}
-	if err := r.nc.FlushWithContext(ctx); err != nil {
+	if err == nil {
+		_, err = r.nc.RequestWithContext(ctx, subjects.AckReply(info.Stream, info.Name, to, info.Delivered.Consumer), nakBody)
+	}
+	if err != nil {
 		r.asyncError(fmt.Errorf("agentkit: reclaim the messages of %s for %s: %w", src.label(), r.id, err))
 		return
 	}
